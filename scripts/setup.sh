@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what pride needs on a fresh Debian 12 machine: Debian packages (apt) and a Python venv
+# (.venv) with torch and the build/test tools. Idempotent and quiet when everything is present.
+# Source it (". scripts/setup.sh") to get PRIDE_PY / PRIDE_VENV set, or run it on its own.
+set -euo pipefail
+PRIDE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PRIDE_VENV="${PRIDE_VENV:-$PRIDE_ROOT/.venv}"
+PRIDE_PY="$PRIDE_VENV/bin/python"
+
+APT_PACKAGES=(build-essential pkg-config libucx-dev ucx-utils libhwloc-dev hwloc libfmt-dev libspdlog-dev
+              libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev iproute2)
+PIP_PACKAGES=(torch==2.14.1 numpy pytest scikit-build-core pybind11 cmake ninja tqdm matplotlib scikit-learn)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$PRIDE_PY" ]; then
+  echo "setup: creating venv $PRIDE_VENV"
+  python3 -m venv "$PRIDE_VENV"
+fi
+if ! "$PRIDE_PY" - "${PIP_PACKAGES[@]}" <<'PYEOF' 2>/dev/null
+import sys, importlib.metadata as md
+for spec in sys.argv[1:]:
+    name, _, ver = spec.partition("==")
+    have = md.version(name)
+    if ver and have.split("+")[0] != ver:
+        sys.exit(1)
+PYEOF
+then
+  echo "setup: installing Python packages into $PRIDE_VENV (torch comes from local wheels)"
+  "$PRIDE_PY" -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" 2>&1 | grep -v "^WARNING: Location" || true
+fi
+export PRIDE_ROOT PRIDE_VENV PRIDE_PY
+export PATH="$PRIDE_VENV/bin:$PATH"
