@@ -28,7 +28,10 @@ _pride_torch_lib(pride_torch_python_lib torch_python)
 add_library(pride_torch_cpu INTERFACE)
 target_include_directories(pride_torch_cpu SYSTEM INTERFACE
   ${PRIDE_TORCH_DIR}/include ${PRIDE_TORCH_DIR}/include/torch/csrc/api/include)
-target_compile_definitions(pride_torch_cpu INTERFACE _GLIBCXX_USE_CXX11_ABI=${PRIDE_TORCH_CXX11_ABI})
+# torch/include carries fmt 12, found before Debian's fmt 9 in translation units that see torch's
+# headers; those units use it header-only (fmt's versioned namespaces keep the two apart) and must not
+# include spdlog (backend/common/log.h), which is built against fmt 9.
+target_compile_definitions(pride_torch_cpu INTERFACE _GLIBCXX_USE_CXX11_ABI=${PRIDE_TORCH_CXX11_ABI} FMT_HEADER_ONLY=1)
 target_link_libraries(pride_torch_cpu INTERFACE pride_torch_c10 pride_torch_cpu_lib)
 set_target_properties(pride_torch_cpu PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${PRIDE_TORCH_DIR}/lib")
 add_library(pride::torch_cpu ALIAS pride_torch_cpu)

@@ -1,0 +1,56 @@
+#include "backend/common/settings.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "backend/common/error.h"
+
+namespace pride {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+double env_double(const char* name, double fallback) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  double d = std::strtod(v, &end);
+  PRIDE_CHECK_ARG(end != v && *end == '\0', "{}='{}' is not a number", name, v);
+  return d;
+}
+
+Settings read_settings() {
+  Settings s;
+  if (const char* v = env("PRIDE_ALGO")) s.algo = v;
+  if (const char* v = env("PRIDE_DEBUG")) s.log_level = v;
+  s.timeout = std::chrono::milliseconds(static_cast<int64_t>(env_double("PRIDE_TIMEOUT", 300) * 1000));
+  s.segment_bytes = static_cast<size_t>(env_double("PRIDE_SEGMENT_BYTES", double(s.segment_bytes)));
+  PRIDE_CHECK_ARG(s.segment_bytes >= 64, "PRIDE_SEGMENT_BYTES must be at least 64");
+  s.check_fingerprint = env_double("PRIDE_CHECK_FINGERPRINT", 1) != 0;
+  s.link_latency_us = env_double("PRIDE_LINK_LATENCY_US", 0);
+  s.link_bandwidth_gbps = env_double("PRIDE_LINK_BANDWIDTH_GBPS", 0);
+  return s;
+}
+
+std::mutex g_mutex;
+Settings* g_settings = nullptr;
+
+}  // namespace
+
+const Settings& Settings::get() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_settings == nullptr) g_settings = new Settings(read_settings());
+  return *g_settings;
+}
+
+void Settings::reload() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  delete g_settings;
+  g_settings = new Settings(read_settings());
+}
+
+}  // namespace pride

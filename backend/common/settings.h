@@ -1,0 +1,25 @@
+// Every environment variable pride reads, in one place (README.md lists them for users).
+// Read once, on first use; tests may call Settings::reload() after changing the environment.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace pride {
+
+struct Settings {
+  std::string algo = "auto";               // PRIDE_ALGO: auto|ring|tree|direct|allgather — sign-allreduce algorithm
+  std::string log_level = "warn";          // PRIDE_DEBUG: trace|debug|info|warn|error|off
+  std::chrono::milliseconds timeout{300000};  // PRIDE_TIMEOUT (seconds): default deadline of the C++ API
+  size_t segment_bytes = 1 << 20;          // PRIDE_SEGMENT_BYTES: packed bytes per pipeline segment
+  bool check_fingerprint = true;           // PRIDE_CHECK_FINGERPRINT=0 disables the per-collective check
+  double link_latency_us = 0;              // PRIDE_LINK_LATENCY_US: cost model override (0 = built-in)
+  double link_bandwidth_gbps = 0;          // PRIDE_LINK_BANDWIDTH_GBPS: cost model override (0 = built-in)
+  size_t tree_max_bytes = 0;               // (derived by the cost model; kept here for overrides later)
+
+  static const Settings& get();
+  static void reload();
+};
+
+}  // namespace pride

@@ -1,0 +1,233 @@
+#include "backend/communicator.h"
+
+#include <sched.h>
+
+#include <cstring>
+#include <thread>
+
+#include "backend/common/error.h"
+#include "backend/common/log.h"
+#include "backend/common/settings.h"
+
+namespace pride {
+namespace {
+
+// Tag layout (47 caller bits, see transport.h):
+//   bit 46 set:   point-to-point, user tag in bits 0..45
+//   bit 46 clear: collective; sequence (mod 2^24) in bits 22..45, slot in bits 0..21
+constexpr Tag kP2pBit = Tag(1) << 46;
+constexpr int kSlotBits = 22;
+constexpr Tag kSequenceMask = (Tag(1) << 24) - 1;
+constexpr uint32_t kFingerprintSlot = Collective::kMaxSlot;
+constexpr size_t kAbortMessageBytes = 512;
+
+Tag collective_tag(uint64_t sequence, uint32_t slot) {
+  return ((sequence & kSequenceMask) << kSlotBits) | Tag(slot);
+}
+
+std::string fingerprint_text(const Fingerprint& f) {
+  return fmt::format("#{} op {} dtype {} numel {} detail {:#x}", f.sequence, f.op, f.dtype, f.numel, f.detail);
+}
+
+}  // namespace
+
+// ---- Collective ------------------------------------------------------------------------------
+
+Collective::Collective(Communicator& comm, std::string name, std::string algorithm, uint64_t sequence,
+                       Clock::time_point deadline)
+    : comm_(comm), name_(std::move(name)), algorithm_(std::move(algorithm)), sequence_(sequence),
+      deadline_(deadline) {
+  comm_.traffic_[algorithm_].calls++;
+}
+
+int Collective::rank() const { return comm_.rank_; }
+int Collective::size() const { return comm_.size_; }
+
+std::string Collective::describe() const {
+  return fmt::format("rank {}/{}: {} #{} ({})", comm_.rank_, comm_.size_, name_, sequence_, algorithm_);
+}
+
+void Collective::fail(const std::string& what) {
+  std::string message = fmt::format("pride {}: {}", describe(), what);
+  comm_.notify_abort(message);
+  throw Error(message);
+}
+
+RequestPtr Collective::send(int peer, uint32_t slot, const void* buf, size_t bytes) {
+  PRIDE_ENFORCE(slot <= kMaxSlot, "{}: slot {} out of range", describe(), slot);
+  comm_.traffic_[algorithm_].bytes_sent += bytes;
+  return comm_.transport_->isend(peer, collective_tag(sequence_, slot), buf, bytes);
+}
+
+RequestPtr Collective::recv(int peer, uint32_t slot, void* buf, size_t bytes) {
+  PRIDE_ENFORCE(slot <= kMaxSlot, "{}: slot {} out of range", describe(), slot);
+  return comm_.transport_->irecv(peer, collective_tag(sequence_, slot), buf, bytes);
+}
+
+void Collective::check_request(const Request& r) {
+  if (r.state() == Request::State::kDone) {
+    if (!r.is_send()) comm_.traffic_[algorithm_].bytes_received += r.bytes();
+    return;
+  }
+  std::string peer_failure = comm_.transport_->peer_failure(r.peer());
+  std::string message;
+  if (!peer_failure.empty()) {
+    message = fmt::format("pride {}: peer {} failed ({})", describe(), r.peer(), peer_failure);
+  } else if (!r.is_send() && r.error() == "Message truncated") {
+    message = fmt::format("pride {}: peer {} sent more data than this rank expected; the ranks called "
+                          "the collective with different arguments", describe(), r.peer());
+    comm_.notify_abort(message);
+    throw MismatchError(message);
+  } else {
+    message = fmt::format("pride {}: {} peer {} failed: {}", describe(), r.is_send() ? "send to" : "receive from",
+                          r.peer(), r.error());
+  }
+  comm_.notify_abort(message);
+  throw PeerError(message);
+}
+
+void Collective::wait(RequestPtr& request) {
+  if (!request) return;
+  uint64_t idle_rounds = 0;
+  while (request->pending()) {
+    if (comm_.progress_or_throw(describe())) {
+      idle_rounds = 0;
+      continue;
+    }
+    if ((++idle_rounds & 63) == 0 && Clock::now() > deadline_) {
+      std::string message = fmt::format("pride {}: timed out after {} ms waiting to {} peer {}", describe(),
+                                        comm_.timeout_.count(), request->is_send() ? "send to" : "receive from",
+                                        request->peer());
+      comm_.notify_abort(message);
+      throw TimeoutError(message);
+    }
+    comm_.idle(idle_rounds);
+  }
+  check_request(*request);
+}
+
+void Collective::wait_all(std::vector<RequestPtr>& requests) {
+  for (auto& r : requests) wait(r);
+}
+
+void Collective::sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes,
+                          uint32_t slot) {
+  RequestPtr r = recv(from, slot, rbuf, rbytes);
+  RequestPtr s = send(to, slot, sbuf, sbytes);
+  wait(r);
+  wait(s);
+}
+
+// ---- Communicator ----------------------------------------------------------------------------
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)
+    : store_(std::move(store)), rank_(rank), size_(size),
+      timeout_(options.timeout.count() > 0 ? options.timeout : Settings::get().timeout) {
+  PRIDE_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in [0, {})", rank, size);
+  transport_ = make_ucx_transport(rank, size, *store_);
+  abort_buffer_.resize(kAbortMessageBytes);
+  post_abort_receive();
+}
+
+Communicator::~Communicator() {
+  abort_receive_.reset();
+  // Let in-flight eager sends (abort notices, the last result chunks) leave before endpoints close.
+  for (int i = 0; i < 64 && transport_->progress(); ++i) {
+  }
+}
+
+void Communicator::post_abort_receive() {
+  abort_receive_ = transport_->irecv(Transport::kAnyPeer, kControlTag, abort_buffer_.data(), abort_buffer_.size());
+}
+
+bool Communicator::progress_or_throw(const std::string& context) {
+  bool progressed = transport_->progress();
+  if (abort_receive_ && !abort_receive_->pending()) {
+    std::string reason(abort_buffer_.data(), strnlen(abort_buffer_.data(), abort_receive_->bytes()));
+    int peer = abort_receive_->peer();
+    post_abort_receive();
+    std::string message = fmt::format("pride {}: peer {} gave up: {}", context, peer, reason);
+    broken_reason_ = message;
+    throw PeerError(message);
+  }
+  return progressed;
+}
+
+void Communicator::notify_abort(const std::string& reason) {
+  broken_reason_ = reason;
+  if (aborting_) return;
+  aborting_ = true;
+  log().error("{}", reason);
+  // Fire-and-forget: eager messages leave on progress; peers that are gone simply fail these sends.
+  std::string text = reason.substr(0, kAbortMessageBytes - 1);
+  std::vector<RequestPtr> notices;
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) notices.push_back(transport_->isend(p, kControlTag, text.c_str(), text.size() + 1));
+  }
+  auto until = Clock::now() + std::chrono::milliseconds(200);
+  for (auto& n : notices) {
+    while (n->pending() && Clock::now() < until) transport_->progress();
+  }
+  aborting_ = false;
+}
+
+void Communicator::idle(uint64_t idle_rounds) {
+  if (idle_rounds < 256) return;                  // spin: the answer is usually microseconds away
+  if (idle_rounds < 4096) {
+    sched_yield();                                // let a co-located rank run
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(20));  // long waits: do not burn a core
+}
+
+Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint) {
+  PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
+                  size_, name, broken_reason_);
+  fingerprint.sequence = ++sequence_;
+  Collective c(*this, name, algorithm, fingerprint.sequence, Clock::now() + timeout_);
+  if (size_ == 1 || !Settings::get().check_fingerprint) return c;
+
+  // All-to-all of fingerprints: every rank sees every other rank's call, so every rank detects a
+  // mismatch and raises the same error; no rank is left waiting for data that will not come.
+  std::vector<Fingerprint> theirs(static_cast<size_t>(size_));
+  std::vector<RequestPtr> requests;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    requests.push_back(c.recv(p, kFingerprintSlot, &theirs[size_t(p)], sizeof(Fingerprint)));
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) requests.push_back(c.send(p, kFingerprintSlot, &fingerprint, sizeof(Fingerprint)));
+  }
+  c.wait_all(requests);
+  auto& counters = traffic_[algorithm];  // fingerprints are not payload
+  counters.bytes_sent -= uint64_t(size_ - 1) * sizeof(Fingerprint);
+  counters.bytes_received -= uint64_t(size_ - 1) * sizeof(Fingerprint);
+  theirs[size_t(rank_)] = fingerprint;
+  for (int p = 0; p < size_; ++p) {
+    if (!(theirs[size_t(p)] == fingerprint)) {
+      std::string message = fmt::format(
+          "pride {}: ranks disagree on the collective: this rank called {}, rank {} called {}", c.describe(),
+          fingerprint_text(fingerprint), p, fingerprint_text(theirs[size_t(p)]));
+      throw MismatchError(message);  // every rank sees the same table; nothing was sent yet
+    }
+  }
+  return c;
+}
+
+RequestPtr Communicator::p2p_send(int peer, uint64_t user_tag, const void* buf, size_t bytes) {
+  PRIDE_CHECK_ARG(user_tag < kP2pBit, "tag {} is too large", user_tag);
+  traffic_["p2p"].bytes_sent += bytes;
+  return transport_->isend(peer, kP2pBit | user_tag, buf, bytes);
+}
+
+RequestPtr Communicator::p2p_recv(int peer, uint64_t user_tag, void* buf, size_t bytes) {
+  PRIDE_CHECK_ARG(user_tag < kP2pBit, "tag {} is too large", user_tag);
+  return transport_->irecv(peer, kP2pBit | user_tag, buf, bytes);
+}
+
+void Communicator::p2p_wait(RequestPtr& request, const std::string& what) {
+  Collective c(*this, what, "p2p", 0, Clock::now() + timeout_);
+  c.wait(request);
+}
+
+}  // namespace pride

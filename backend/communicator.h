@@ -1,0 +1,129 @@
+// The communicator: one group of ranks over one transport. It hands every collective a sequence
+// number and tag space, checks that all ranks called the same collective (fingerprint), turns dead or
+// silent peers into errors naming the collective and the peer, tells the other ranks when it fails
+// (abort notices, so nobody waits for a rank that gave up) and counts the bytes each algorithm moves.
+//
+// Not thread-safe: one thread issues a communicator's operations (the torch plugin's worker does).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/store/store.h"
+#include "backend/transport/transport.h"
+
+namespace pride {
+
+// What every rank must agree on for one collective. `op` names the collective, `detail` packs
+// whatever else must match (mode, reduce op, root, vote kind), `numel` and `dtype` the buffer.
+struct Fingerprint {
+  uint64_t sequence = 0;
+  uint32_t op = 0;
+  uint32_t dtype = 0;
+  uint64_t numel = 0;
+  uint64_t detail = 0;
+  bool operator==(const Fingerprint& o) const {
+    return sequence == o.sequence && op == o.op && dtype == o.dtype && numel == o.numel && detail == o.detail;
+  }
+};
+
+struct TrafficCounters {
+  uint64_t calls = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+class Communicator;
+
+// One collective in flight: its tags, its deadline, and the waits that know whom they wait for.
+class Collective {
+ public:
+  Collective(Communicator& comm, std::string name, std::string algorithm, uint64_t sequence,
+             Clock::time_point deadline);
+  const std::string& name() const { return name_; }
+  const std::string& algorithm() const { return algorithm_; }
+  int rank() const;
+  int size() const;
+
+  // slot distinguishes the messages of one collective (step, segment); < kMaxSlot.
+  static constexpr uint32_t kMaxSlot = (1u << 22) - 1;
+  RequestPtr send(int peer, uint32_t slot, const void* buf, size_t bytes);
+  RequestPtr recv(int peer, uint32_t slot, void* buf, size_t bytes);
+  // Waits for every request (null entries are skipped); throws on failure, abort or deadline.
+  void wait(RequestPtr& request);
+  void wait_all(std::vector<RequestPtr>& requests);
+  // Blocking exchange with two peers (the ring step): send to `to`, receive from `from`.
+  void sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes, uint32_t slot);
+
+  [[noreturn]] void fail(const std::string& what);  // throws Error naming the collective; notifies peers
+  std::string describe() const;                     // "rank 1/4: sign_allreduce #12 (ring)"
+
+ private:
+  void check_request(const Request& r);
+  Communicator& comm_;
+  std::string name_;
+  std::string algorithm_;
+  uint64_t sequence_;
+  Clock::time_point deadline_;
+};
+
+class Communicator {
+ public:
+  struct Options {
+    std::chrono::milliseconds timeout{0};  // 0: Settings (PRIDE_TIMEOUT)
+  };
+  // Connects `size` ranks through `store` (keys are used as given; pass a prefix store per group).
+  Communicator(std::shared_ptr<Store> store, int rank, int size, Options options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Transport& transport() { return *transport_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  // Starts a collective: takes the next sequence number, exchanges fingerprints (unless disabled)
+  // and raises MismatchError on every rank when they differ.
+  Collective begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint);
+
+  // Point-to-point (torch's send/recv): a tag space of its own, not ordered with collectives.
+  RequestPtr p2p_send(int peer, uint64_t user_tag, const void* buf, size_t bytes);
+  RequestPtr p2p_recv(int peer, uint64_t user_tag, void* buf, size_t bytes);  // peer may be kAnyPeer
+  void p2p_wait(RequestPtr& request, const std::string& what);
+
+  // Bytes and calls per algorithm ("ring", "direct", "allreduce_ring", ...).
+  const std::map<std::string, TrafficCounters>& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_.clear(); }
+
+  // After a failure that may have left peers mid-collective, the communicator refuses further work.
+  bool broken() const { return !broken_reason_.empty(); }
+
+ private:
+  friend class Collective;
+  // Progresses the transport once; throws PeerError when another rank sent an abort notice.
+  bool progress_or_throw(const std::string& context);
+  void notify_abort(const std::string& reason);
+  void post_abort_receive();
+  // Spin, then yield, then sleep a little: ranks may outnumber cores.
+  void idle(uint64_t idle_rounds);
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<Transport> transport_;
+  uint64_t sequence_ = 0;
+  std::map<std::string, TrafficCounters> traffic_;
+  std::string broken_reason_;
+  std::vector<char> abort_buffer_;
+  RequestPtr abort_receive_;
+  bool aborting_ = false;
+};
+
+}  // namespace pride

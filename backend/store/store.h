@@ -1,0 +1,26 @@
+// The key-value store pride bootstraps through (UCX worker addresses, hostnames). An interface so
+// the engine needs no torch; the real implementation is torch's c10d store (c10d_store.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pride {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Blocks until the key exists (or the store's timeout passes, then throws).
+  virtual std::vector<uint8_t> get(const std::string& key) = 0;
+  virtual void wait(const std::vector<std::string>& keys) = 0;
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+};
+
+// A view of `store` where every key is prefixed with `prefix` + "/" (one namespace per group).
+std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> store);
+
+}  // namespace pride

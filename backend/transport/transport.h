@@ -1,0 +1,70 @@
+// The transport interface the collectives are written against (as Gloo's transport::Pair): tagged,
+// non-blocking sends and receives of byte ranges to one peer, explicit progress, and waits with a
+// deadline. The UCX implementation is in ucx/; tests may add others.
+//
+// Tags: the caller owns 47 bits (kTagBits); the transport adds the sender's rank so a receive matches
+// exactly one peer. Tags with kControlTag set are reserved for the communicator (abort notices).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pride {
+
+using Tag = uint64_t;
+constexpr int kTagBits = 47;
+constexpr Tag kControlTag = Tag(1) << kTagBits;
+using Clock = std::chrono::steady_clock;
+
+// One non-blocking send or receive. Completion is observed through Transport::progress().
+class Request {
+ public:
+  enum class State : uint8_t { kPending, kDone, kFailed };
+  virtual ~Request() = default;
+  State state() const { return state_; }
+  bool pending() const { return state_ == State::kPending; }
+  int peer() const { return peer_; }             // for a receive from any peer: the sender, once done
+  size_t bytes() const { return bytes_; }        // received length once done
+  const std::string& error() const { return error_; }
+  bool is_send() const { return is_send_; }
+
+ protected:
+  State state_ = State::kPending;
+  int peer_ = -1;
+  size_t bytes_ = 0;
+  bool is_send_ = false;
+  std::string error_;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+class Transport {
+ public:
+  static constexpr int kAnyPeer = -1;
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* name() const = 0;
+
+  // The buffer must stay valid until the request completes or is destroyed (destroying a pending
+  // request cancels it).
+  virtual RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes) = 0;
+  // peer may be kAnyPeer (then only the tag is matched).
+  virtual RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) = 0;
+
+  // Advances outstanding operations; returns true when anything happened.
+  virtual bool progress() = 0;
+
+  // Non-empty when the transport has seen `peer` fail (connection reset, process gone).
+  virtual std::string peer_failure(int peer) const = 0;
+};
+
+// Builds the UCX transport: creates a worker, publishes its address under `store_prefix` and connects
+// to every peer. Declared here so callers need no UCX header.
+class Store;
+std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store);
+
+}  // namespace pride

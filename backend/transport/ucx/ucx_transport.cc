@@ -1,0 +1,226 @@
+#include "backend/transport/ucx/ucx_transport.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "backend/common/log.h"
+#include "backend/transport/ucx/ucx_check.h"
+
+namespace pride {
+namespace {
+
+// The wire tag: the caller's 48 bits (control bit included) above the sender's rank, so a receive
+// names its peer by tag matching alone (UCX tag receives are not bound to an endpoint).
+constexpr int kRankBits = 16;
+constexpr ucp_tag_t kRankMask = (ucp_tag_t(1) << kRankBits) - 1;
+constexpr int kMaxRanks = 1 << kRankBits;
+
+ucp_tag_t wire_tag(Tag tag, int sender) { return (ucp_tag_t(tag) << kRankBits) | ucp_tag_t(sender); }
+
+class UcxRequest;
+
+// What UCX's completion callback touches. Ownership rule: the op belongs to UCX from the moment the
+// nbx call returns a request until the callback runs, and the callback frees it. A UcxRequest
+// destroyed while pending only detaches (owner = null) and cancels, so a late completion never writes
+// into freed memory.
+struct UcxOp {
+  UcxRequest* owner = nullptr;
+};
+
+class UcxRequest final : public Request {
+ public:
+  UcxRequest(ucp_worker_h worker, int peer, bool is_send) : worker_(worker), op_(new UcxOp) {
+    op_->owner = this;
+    peer_ = peer;
+    is_send_ = is_send;
+  }
+  ~UcxRequest() override {
+    if (op_ == nullptr) return;
+    if (ucx_request_ == nullptr) {  // never handed to UCX
+      delete op_;
+      return;
+    }
+    op_->owner = nullptr;
+    ucp_request_cancel(worker_, ucx_request_);
+  }
+
+  UcxOp* op() { return op_; }
+
+  // Takes the return value of the ucp_*_nbx call. Receives are posted with NO_IMM_CMPL (UCX 1.13
+  // does not fill recv_info on immediate completion), so their callback may already have run.
+  void start(ucs_status_ptr_t ptr) {
+    if (!pending()) return;  // the callback ran inside the nbx call and freed everything
+    if (ptr == nullptr) {    // a send completed in place: UCX will not call back
+      UcxOp* op = op_;
+      finish(UCS_OK, 0, -1);
+      delete op;
+    } else if (UCS_PTR_IS_ERR(ptr)) {
+      UcxOp* op = op_;
+      finish(UCS_PTR_STATUS(ptr), 0, -1);
+      delete op;
+    } else {
+      ucx_request_ = ptr;
+    }
+  }
+
+  void finish(ucs_status_t status, size_t bytes, int sender) {
+    op_ = nullptr;
+    ucx_request_ = nullptr;
+    if (status == UCS_OK) {
+      state_ = State::kDone;
+      bytes_ = bytes;
+      if (!is_send_) peer_ = sender;
+    } else {
+      state_ = State::kFailed;
+      error_ = ucs_status_string(status);
+    }
+  }
+
+ private:
+  ucp_worker_h worker_;
+  UcxOp* op_;
+  void* ucx_request_ = nullptr;
+};
+
+void complete_op(void* ucx_request, void* user_data, ucs_status_t status, size_t bytes, int sender) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  if (op->owner != nullptr) op->owner->finish(status, bytes, sender);
+  ucp_request_free(ucx_request);
+  delete op;
+}
+
+void on_send_done(void* request, ucs_status_t status, void* user_data) {
+  complete_op(request, user_data, status, 0, -1);
+}
+
+void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  complete_op(request, user_data, status, info->length, int(info->sender_tag & kRankMask));
+}
+
+}  // namespace
+
+UcxTransport::UcxTransport(int rank, int size, Store& store) : rank_(rank), size_(size) {
+  PRIDE_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size {} is outside [1, {}]", size, kMaxRanks);
+  ucp_config_t* config = nullptr;
+  PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG;
+  params.estimated_num_eps = size_t(size);
+  params.mt_workers_shared = 0;
+  ucs_status_t st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  PRIDE_UCX_CHECK(st, "rank {}", rank);
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  PRIDE_UCX_CHECK(ucp_worker_create(context_, &wparams, &worker_), "rank {}", rank);
+
+  // Publish our worker address, then connect to everyone's.
+  ucp_address_t* address = nullptr;
+  size_t address_len = 0;
+  PRIDE_UCX_CHECK(ucp_worker_get_address(worker_, &address, &address_len), "rank {}", rank);
+  const auto* a = reinterpret_cast<const uint8_t*>(address);
+  store.set("ucx/" + std::to_string(rank), std::vector<uint8_t>(a, a + address_len));
+  ucp_worker_release_address(worker_, address);
+
+  peers_.resize(size_t(size));
+  for (int p = 0; p < size; ++p) {
+    auto peer = std::make_unique<Peer>();
+    peer->self = this;
+    peer->rank = p;
+    std::vector<uint8_t> remote = store.get("ucx/" + std::to_string(p));
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &UcxTransport::on_endpoint_error;
+    ep.err_handler.arg = peer.get();
+    PRIDE_UCX_CHECK(ucp_ep_create(worker_, &ep, &peer->ep), "rank {}: connecting to peer {}", rank, p);
+    peers_[size_t(p)] = std::move(peer);
+  }
+  log().debug("rank {}: UCX transport up, {} peers", rank, size);
+}
+
+UcxTransport::~UcxTransport() {
+  close_endpoints();
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+void UcxTransport::close_endpoints() {
+  // Flush-close every endpoint; a peer that is gone (or slow to answer) is closed by force after a
+  // bounded wait so that destruction never hangs.
+  closing_ = true;
+  std::vector<void*> closing;
+  for (auto& peer : peers_) {
+    if (!peer || peer->ep == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = peer->failure.empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t req = ucp_ep_close_nbx(peer->ep, &param);
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.push_back(req);
+    peer->ep = nullptr;
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (void* req : closing) {
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+    }
+    if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
+  }
+}
+
+void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  peer->failure = ucs_status_string(status);
+  if (peer->self->closing_) return;  // peers closing first is the normal end of a group
+  log().warn("rank {}: UCX reports peer {} failed: {}", peer->self->rank_, peer->rank, peer->failure);
+}
+
+std::string UcxTransport::peer_failure(int peer) const {
+  if (peer < 0 || peer >= size_) return {};
+  return peers_[size_t(peer)]->failure;
+}
+
+RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes) {
+  PRIDE_ENFORCE(peer >= 0 && peer < size_, "rank {}: send to invalid peer {}", rank_, peer);
+  auto req = std::make_unique<UcxRequest>(worker_, peer, true);
+  if (!peers_[size_t(peer)]->failure.empty()) {
+    req->start(UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET));
+    return req;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.send = &on_send_done;
+  param.user_data = req->op();
+  param.datatype = ucp_dt_make_contig(1);
+  req->start(ucp_tag_send_nbx(peers_[size_t(peer)]->ep, buf, bytes, wire_tag(tag, rank_), &param));
+  return req;
+}
+
+RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes) {
+  PRIDE_ENFORCE(peer == kAnyPeer || (peer >= 0 && peer < size_), "rank {}: receive from invalid peer {}",
+                rank_, peer);
+  auto req = std::make_unique<UcxRequest>(worker_, peer, false);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &on_recv_done;
+  param.user_data = req->op();
+  param.datatype = ucp_dt_make_contig(1);
+  ucp_tag_t mask = peer == kAnyPeer ? ~kRankMask : ~ucp_tag_t(0);
+  req->start(ucp_tag_recv_nbx(worker_, buf, bytes, wire_tag(tag, peer == kAnyPeer ? 0 : peer), mask, &param));
+  return req;
+}
+
+bool UcxTransport::progress() { return ucp_worker_progress(worker_) != 0; }
+
+std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store) {
+  return std::make_unique<UcxTransport>(rank, size, store);
+}
+
+}  // namespace pride

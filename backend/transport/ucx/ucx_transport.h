@@ -1,0 +1,56 @@
+// Transport over UCX's ucp tag API: one context and one worker per communicator, an endpoint to every
+// peer created from worker addresses exchanged through the store, peer-failure handling on.
+//
+// Progress is explicit: the thread that runs the collective calls progress() while it waits. pride
+// runs every collective of a communicator on one thread (the torch plugin's worker), so the worker is
+// single-threaded (UCS_THREAD_MODE_SINGLE, no locks), and no progress thread competes for the few
+// cores that packing and counting need (see docs/design.md).
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/store/store.h"
+#include "backend/transport/transport.h"
+
+namespace pride {
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(int rank, int size, Store& store);
+  ~UcxTransport() override;
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "ucx"; }
+  RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes) override;
+  RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) override;
+  bool progress() override;
+  std::string peer_failure(int peer) const override;
+
+  ucp_worker_h worker() const { return worker_; }
+
+ private:
+  struct Peer {
+    UcxTransport* self = nullptr;
+    int rank = -1;
+    ucp_ep_h ep = nullptr;
+    std::string failure;  // set by the endpoint's error handler
+  };
+  static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void close_endpoints();
+
+  int rank_;
+  int size_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  bool closing_ = false;
+};
+
+}  // namespace pride
