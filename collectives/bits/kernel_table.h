@@ -1,0 +1,62 @@
+// Internal: the table of kernel entry points that each ISA translation unit fills and dispatch.cc
+// selects from. Element kernels are indexed by DType; a null entry means the dtype is not accepted
+// by that kernel (dispatch.cc turns it into std::invalid_argument).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/bits/kernels.h"
+
+namespace pride::bits::detail {
+
+constexpr int kNumDTypes = 4;
+constexpr int kMaxPlanes = 32;  // counters wider than this would hold more than 2^32 - 1 votes
+
+// Arguments of the mean kernels, resolved once by the dispatcher: s = scale * u - offset, y = s / nranks.
+struct MeanParams {
+  int scale;
+  int64_t offset;
+  float nranks;
+};
+
+// Arguments of the fused update: x1 = round(x * factor), x2 = round(x1 - lr * delta).
+struct ApplyParams {
+  float factor;  // float(1.0 - lr * wd), computed in double
+  float lr;
+};
+
+using PackBinaryFn = void (*)(const void* x, size_t n, uint64_t* plane);
+using PackTernaryFn = void (*)(const void* x, size_t n, uint64_t* pos, uint64_t* neg);
+using UnpackVoteFn = void (*)(const uint64_t* pos, const uint64_t* tie, size_t n, void* y);
+using UnpackMeanFn = void (*)(const uint64_t* count, int planes, size_t n, const MeanParams& p, void* y);
+using ApplyVoteFn = void (*)(void* x, size_t n, const uint64_t* pos, const uint64_t* tie, const ApplyParams& p);
+using ApplyMeanFn = void (*)(void* x, size_t n, const uint64_t* count, int planes, const MeanParams& m,
+                             const ApplyParams& p);
+
+struct KernelTable {
+  Isa isa;
+  PackBinaryFn pack_binary[kNumDTypes];
+  PackTernaryFn pack_ternary[kNumDTypes];
+  UnpackVoteFn unpack_vote[kNumDTypes];
+  UnpackMeanFn unpack_mean[kNumDTypes];
+  ApplyVoteFn apply_vote[kNumDTypes];
+  ApplyMeanFn apply_mean[kNumDTypes];
+  void (*counter_add_plane)(uint64_t* counter, int planes, size_t nwords, const uint64_t* plane);
+  void (*counter_add)(uint64_t* acc, int acc_planes, const uint64_t* other, int other_planes, size_t nwords);
+  void (*count_planes)(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
+                       int counter_planes);
+  void (*counter_signed_offset)(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords,
+                                uint64_t offset, uint64_t* out, int out_planes);
+  void (*vote_from_count)(const uint64_t* count, int planes, size_t nwords, uint64_t half, bool even,
+                          uint64_t* pos, uint64_t* tie);
+  void (*vote_from_counts)(const uint64_t* pos_count, const uint64_t* neg_count, int planes, size_t nwords,
+                           uint64_t* pos, uint64_t* tie);
+  size_t (*popcount)(const uint64_t* plane, size_t n);
+  size_t (*count_equal)(const uint64_t* a, const uint64_t* b, size_t n);
+};
+
+const KernelTable& portable_table();
+const KernelTable& avx2_table();  // only defined on x86-64 builds; call only when the CPU has AVX2
+
+}  // namespace pride::bits::detail

@@ -1,0 +1,43 @@
+// AVX2 kernels. This translation unit alone is compiled with -mavx2 -mf16c -mpopcnt, and
+// dispatch.cc calls into it only after checking the CPU for those features.
+#define PRIDE_KERNEL_NS avx2
+
+#include "collectives/bits/counters_impl.h"
+#include "collectives/bits/elementwise_avx2.h"
+#include "collectives/bits/kernel_table.h"
+#include "collectives/bits/plane_stats.h"
+#include "collectives/bits/threshold_impl.h"
+
+namespace pride::bits::detail {
+namespace {
+
+using namespace avx2;
+
+// One ymm register of plane words per block.
+using Block = uint64_t __attribute__((vector_size(32)));
+
+}  // namespace
+
+const KernelTable& avx2_table() {
+  // Element kernels are indexed by DType: float32, bfloat16, float16, int8.
+  static constexpr KernelTable table = {
+      Isa::kAvx2,
+      {pack_binary<Avx2F32>, pack_binary<Avx2BF16>, pack_binary<Avx2F16>, nullptr},
+      {pack_ternary<Avx2F32>, pack_ternary<Avx2BF16>, pack_ternary<Avx2F16>, nullptr},
+      {unpack_vote<F32>, unpack_vote<BF16>, unpack_vote<F16>, unpack_vote<I8>},
+      {unpack_mean<Avx2F32>, unpack_mean<Avx2BF16>, unpack_mean<Avx2F16>, nullptr},
+      {apply_vote<Avx2F32>, apply_vote<Avx2BF16>, apply_vote<Avx2F16>, nullptr},
+      {apply_mean<Avx2F32>, apply_mean<Avx2BF16>, apply_mean<Avx2F16>, nullptr},
+      counter_add_plane<Block>,
+      counter_add<Block>,
+      count_planes<Block>,
+      counter_signed_offset<Block>,
+      vote_from_count<Block>,
+      vote_from_counts<Block>,
+      popcount,
+      count_equal,
+  };
+  return table;
+}
+
+}  // namespace pride::bits::detail

@@ -1,0 +1,68 @@
+// Portable kernels: plain C++ plus GCC vector extensions, no ISA flags. The reference the AVX2 path
+// must match bit for bit, and the fallback on CPUs without AVX2.
+#define PRIDE_KERNEL_NS portable
+
+#include "collectives/bits/counters_impl.h"
+#include "collectives/bits/elementwise_scalar.h"
+#include "collectives/bits/kernel_table.h"
+#include "collectives/bits/plane_stats.h"
+#include "collectives/bits/threshold_impl.h"
+
+namespace pride::bits::detail {
+namespace {
+
+using namespace portable;
+
+// Two words per block: one SSE2 or NEON register, the baseline of every 64-bit target.
+using Block = uint64_t __attribute__((vector_size(16)));
+
+template <class Tr>
+void pack_binary(const void* x, size_t n, uint64_t* plane) {
+  pack_binary_from<Tr>(x, n, 0, plane);
+}
+template <class Tr>
+void pack_ternary(const void* x, size_t n, uint64_t* pos, uint64_t* neg) {
+  pack_ternary_from<Tr>(x, n, 0, pos, neg);
+}
+template <class Tr>
+void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y) {
+  unpack_vote_from<Tr>(pos, tie, n, 0, y);
+}
+template <class Tr>
+void unpack_mean(const uint64_t* count, int planes, size_t n, const MeanParams& m, void* y) {
+  unpack_mean_from<Tr>(count, planes, n, 0, m, y);
+}
+template <class Tr>
+void apply_vote(void* x, size_t n, const uint64_t* pos, const uint64_t* tie, const ApplyParams& a) {
+  apply_vote_from<Tr>(x, n, 0, pos, tie, a);
+}
+template <class Tr>
+void apply_mean(void* x, size_t n, const uint64_t* count, int planes, const MeanParams& m, const ApplyParams& a) {
+  apply_mean_from<Tr>(x, n, 0, count, planes, m, a);
+}
+
+}  // namespace
+
+const KernelTable& portable_table() {
+  // Element kernels are indexed by DType: float32, bfloat16, float16, int8.
+  static constexpr KernelTable table = {
+      Isa::kScalar,
+      {pack_binary<F32>, pack_binary<BF16>, pack_binary<F16>, nullptr},
+      {pack_ternary<F32>, pack_ternary<BF16>, pack_ternary<F16>, nullptr},
+      {unpack_vote<F32>, unpack_vote<BF16>, unpack_vote<F16>, unpack_vote<I8>},
+      {unpack_mean<F32>, unpack_mean<BF16>, unpack_mean<F16>, nullptr},
+      {apply_vote<F32>, apply_vote<BF16>, apply_vote<F16>, nullptr},
+      {apply_mean<F32>, apply_mean<BF16>, apply_mean<F16>, nullptr},
+      counter_add_plane<Block>,
+      counter_add<Block>,
+      count_planes<Block>,
+      counter_signed_offset<Block>,
+      vote_from_count<Block>,
+      vote_from_counts<Block>,
+      popcount,
+      count_equal,
+  };
+  return table;
+}
+
+}  // namespace pride::bits::detail

@@ -1,0 +1,46 @@
+// Blocks of 64-bit plane words for the counter and threshold kernels. The kernels are templates over
+// the block type V: a GCC vector of words (uint64_t __attribute__((vector_size(...)))) for the body,
+// and plain uint64_t for the last nwords % lanes words. The vector extension compiles to whatever
+// the translation unit's -m flags allow (SSE2 or NEON in the portable build, AVX2 in the other).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#ifndef PRIDE_KERNEL_NS
+#error "define PRIDE_KERNEL_NS before including kernel implementation headers"
+#endif
+
+namespace pride::bits::detail::PRIDE_KERNEL_NS {
+
+template <class V>
+constexpr size_t kLanes = sizeof(V) / sizeof(uint64_t);
+
+template <class V>
+inline V load_block(const uint64_t* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);  // unaligned: callers' buffers are only 8-byte aligned
+  return v;
+}
+
+template <class V>
+inline void store_block(uint64_t* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+template <class V>
+inline V splat_bit(bool bit) {
+  return bit ? ~V{} : V{};
+}
+
+// Calls body(V{}, w) for every full block of V at word w, then body(uint64_t{}, w) for the rest;
+// the first argument only carries the block type.
+template <class V, class Body>
+inline void for_each_block(size_t nwords, Body&& body) {
+  size_t w = 0;
+  for (; w + kLanes<V> <= nwords; w += kLanes<V>) body(V{}, w);
+  for (; w < nwords; ++w) body(uint64_t{}, w);
+}
+
+}  // namespace pride::bits::detail::PRIDE_KERNEL_NS
