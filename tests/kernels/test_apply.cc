@@ -1,0 +1,106 @@
+// The fused Lion update against the formula spelled out in float32, one rounding per operation.
+#include <cstring>
+
+#include "oracle.h"
+
+namespace pride::bits::test {
+namespace {
+
+using ApplyTest = IsaTest;
+
+const DType kFloatTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+
+struct Hyper {
+  double lr, wd;
+};
+const Hyper kHypers[] = {{1e-4, 0.0}, {3e-3, 0.1}, {0.5, 1.0}, {1.0, 0.0}};
+
+// x1 = round(x * float(1 - lr*wd)), x2 = round(x1 - float(lr) * delta), in dtype.
+void expected_update(DType dtype, uint8_t* x, size_t j, float delta, const Hyper& h) {
+  const float factor = static_cast<float>(1.0 - h.lr * h.wd);
+  store_float(dtype, to_float(dtype, x, j) * factor, x, j);
+  const float step = static_cast<float>(h.lr) * delta;
+  store_float(dtype, to_float(dtype, x, j) - step, x, j);
+}
+
+TEST_P(ApplyTest, Vote) {
+  for (DType dtype : kFloatTypes) {
+    for (const Hyper& h : kHypers) {
+      for (size_t n : lengths()) {
+        const auto pos = random_plane(n);
+        const auto tie = random_plane(n, 0.3);
+        auto x = random_values(dtype, n);
+        auto expected = x;
+        apply_vote(x.data(), dtype, n, pos.data(), tie.data(), h.lr, h.wd);
+        for (size_t j = 0; j < n; ++j) {
+          const float delta = bit(pos.data(), j) ? 1.0f : bit(tie.data(), j) ? 0.0f : -1.0f;
+          expected_update(dtype, expected.data(), j, delta, h);
+          expect_same_value(dtype, expected.data(), x.data(), j, "apply_vote");
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ApplyTest, Mean) {
+  for (DType dtype : kFloatTypes) {
+    for (int nranks : {1, 3, 4, 7, 64}) {
+      for (size_t n : short_lengths()) {
+        const Hyper h = kHypers[nranks % 4];
+        const int planes = planes_for(nranks);
+        std::vector<int32_t> u(n);
+        for (auto& c : u) c = static_cast<int32_t>(rng()() % (nranks + 1));
+        const auto counter = encode_counter(u, planes);
+        auto x = random_values(dtype, n);
+        auto expected = x;
+        apply_mean(x.data(), dtype, n, counter.data(), planes, 2, nranks, nranks, h.lr, h.wd);
+        std::vector<uint8_t> delta(dtype_size(dtype));
+        for (size_t j = 0; j < n; ++j) {
+          // delta is rounded to the dtype first, like a delta tensor would be.
+          store_float(dtype, static_cast<float>(2 * u[j] - nranks) / static_cast<float>(nranks), delta.data(), 0);
+          expected_update(dtype, expected.data(), j, to_float(dtype, delta.data(), 0), h);
+          expect_same_value(dtype, expected.data(), x.data(), j, "apply_mean");
+        }
+      }
+    }
+  }
+}
+
+// NaN in, NaN out; and the two ISAs agree on every output byte, NaN payloads included, since ranks
+// with different CPUs must produce identical tensors.
+TEST(ApplyCrossIsa, BitIdenticalAcrossIsas) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "needs AVX2 to compare against";
+  const Isa saved = active_isa();
+  const size_t n = 4099;
+  for (DType dtype : kFloatTypes) {
+    const auto x0 = random_values(dtype, n);
+    const auto pos = random_plane(n);
+    const auto tie = random_plane(n, 0.2);
+    std::vector<int32_t> u(n);
+    for (auto& c : u) c = static_cast<int32_t>(rng()() % 8);
+    const auto counter = encode_counter(u, 3);
+    std::vector<uint8_t> out[2][4];
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+      set_isa(isa);
+      auto& o = out[static_cast<int>(isa)];
+      o[0] = x0;
+      apply_vote(o[0].data(), dtype, n, pos.data(), tie.data(), 0.01, 0.1);
+      o[1] = x0;
+      apply_mean(o[1].data(), dtype, n, counter.data(), 3, 1, 3, 7, 0.01, 0.1);
+      o[2].assign(n * dtype_size(dtype), 0);
+      unpack_mean(counter.data(), 3, n, 2, 7, 7, o[2].data(), dtype);
+      o[3].assign(n * dtype_size(dtype), 0);
+      unpack_vote(pos.data(), tie.data(), n, o[3].data(), dtype);
+    }
+    set_isa(saved);
+    for (int k = 0; k < 4; ++k) ASSERT_EQ(out[0][k], out[1][k]) << dtype_name(dtype) << " output " << k;
+    for (size_t j = 0; j < n; ++j) {
+      if (is_nan(dtype, x0.data(), j)) ASSERT_TRUE(is_nan(dtype, out[0][0].data(), j));
+    }
+  }
+}
+
+PRIDE_INSTANTIATE_ISA_TESTS(ApplyTest);
+
+}  // namespace
+}  // namespace pride::bits::test

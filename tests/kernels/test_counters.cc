@@ -1,0 +1,135 @@
+// Bit-sliced counters against int32 sums of the votes, computed one element at a time.
+#include "oracle.h"
+
+namespace pride::bits::test {
+namespace {
+
+using CounterTest = IsaTest;
+
+struct Votes {
+  std::vector<std::vector<uint64_t>> planes;
+  std::vector<int32_t> count;  // number of set bits per element, the oracle
+};
+
+Votes random_votes(int nranks, size_t n) {
+  Votes v;
+  v.count.assign(n, 0);
+  for (int r = 0; r < nranks; ++r) {
+    // Vary the density so that counts near 0 and near nranks both occur.
+    v.planes.push_back(random_plane(n, 0.1 + 0.8 * (r % 5) / 4.0));
+    for (size_t j = 0; j < n; ++j) v.count[j] += bit(v.planes.back().data(), j);
+  }
+  return v;
+}
+
+std::vector<const uint64_t*> pointers(const Votes& v) {
+  std::vector<const uint64_t*> ptrs;
+  for (const auto& p : v.planes) ptrs.push_back(p.data());
+  return ptrs;
+}
+
+TEST_P(CounterTest, CountPlanesOneToSixtyFourRanks) {
+  for (int nranks = 1; nranks <= 64; ++nranks) {
+    for (size_t n : short_lengths()) {
+      const Votes v = random_votes(nranks, n);
+      const auto ptrs = pointers(v);
+      // One spare plane, prefilled with ones: it must come back zero.
+      const int planes = planes_for(nranks) + 1;
+      auto counter = dirty_words(planes * words_for(n));
+      count_planes(ptrs.data(), nranks, words_for(n), counter.data(), planes);
+      ASSERT_EQ(decode_counter(counter.data(), planes, n), v.count) << "nranks=" << nranks << " n=" << n;
+    }
+  }
+}
+
+TEST_P(CounterTest, CountPlanesManyRanks) {
+  for (int nranks : {0, 127, 128, 129, 255, 256, 257, 1023, 1024}) {
+    const size_t n = 300;
+    const Votes v = random_votes(nranks, n);
+    const auto ptrs = pointers(v);
+    const int planes = planes_for(nranks);
+    auto counter = dirty_words(planes * words_for(n));
+    count_planes(ptrs.data(), nranks, words_for(n), counter.data(), planes);
+    ASSERT_EQ(decode_counter(counter.data(), planes, n), v.count) << "nranks=" << nranks;
+  }
+}
+
+TEST_P(CounterTest, CountPlanesLongVectors) {
+  for (int nranks : {3, 4, 8}) {
+    for (size_t n : lengths()) {
+      const Votes v = random_votes(nranks, n);
+      const auto ptrs = pointers(v);
+      const int planes = planes_for(nranks);
+      auto counter = dirty_words(planes * words_for(n));
+      count_planes(ptrs.data(), nranks, words_for(n), counter.data(), planes);
+      ASSERT_EQ(decode_counter(counter.data(), planes, n), v.count) << "nranks=" << nranks << " n=" << n;
+    }
+  }
+}
+
+TEST_P(CounterTest, AddPlaneOneByOne) {
+  for (int nranks : {1, 2, 3, 7, 8, 15, 16, 31, 64}) {
+    for (size_t n : lengths()) {
+      if (n > 5000 && nranks > 8) continue;  // keep the suite fast
+      const Votes v = random_votes(nranks, n);
+      const int planes = planes_for(nranks);
+      std::vector<uint64_t> counter(planes * words_for(n), 0);
+      for (const auto& plane : v.planes) counter_add_plane(counter.data(), planes, words_for(n), plane.data());
+      ASSERT_EQ(decode_counter(counter.data(), planes, n), v.count) << "nranks=" << nranks << " n=" << n;
+    }
+  }
+}
+
+TEST_P(CounterTest, AddCounters) {
+  for (int nranks = 2; nranks <= 64; nranks += 5) {
+    for (size_t n : short_lengths()) {
+      // Split the ranks unevenly so that the narrower counter has fewer planes.
+      const int left = nranks / 3 + 1;
+      const Votes a = random_votes(left, n);
+      const Votes b = random_votes(nranks - left, n);
+      const int acc_planes = planes_for(nranks);
+      const int other_planes = planes_for(nranks - left);
+      std::vector<int32_t> sum(n);
+      for (size_t j = 0; j < n; ++j) sum[j] = a.count[j] + b.count[j];
+      auto acc = encode_counter(a.count, acc_planes);
+      const auto other = encode_counter(b.count, other_planes);
+      counter_add(acc.data(), acc_planes, other.data(), other_planes, words_for(n));
+      ASSERT_EQ(decode_counter(acc.data(), acc_planes, n), sum) << "nranks=" << nranks << " n=" << n;
+    }
+  }
+}
+
+TEST_P(CounterTest, SignedOffset) {
+  for (int nranks : {1, 2, 3, 4, 7, 8, 16, 33, 64}) {
+    for (size_t n : lengths()) {
+      if (n > 5000) continue;
+      // Ternary votes: each rank is +1, -1 or abstains, so pos + neg <= nranks.
+      std::vector<int32_t> pos(n), neg(n), expected(n);
+      for (size_t j = 0; j < n; ++j) {
+        pos[j] = static_cast<int32_t>(rng()() % (nranks + 1));
+        neg[j] = static_cast<int32_t>(rng()() % (nranks - pos[j] + 1));
+        expected[j] = pos[j] - neg[j] + nranks;
+      }
+      const int planes = planes_for(nranks);
+      const int out_planes = planes_for(2 * nranks);
+      const auto p = encode_counter(pos, planes);
+      const auto m = encode_counter(neg, planes);
+      auto out = dirty_words(out_planes * words_for(n));
+      counter_signed_offset(p.data(), m.data(), planes, words_for(n), nranks, out.data(), out_planes);
+      ASSERT_EQ(decode_counter(out.data(), out_planes, n), expected) << "nranks=" << nranks << " n=" << n;
+    }
+  }
+}
+
+TEST_P(CounterTest, RejectsBadShapes) {
+  uint64_t a[4] = {}, b[4] = {};
+  EXPECT_THROW(counter_add(a, 1, b, 2, 1), std::invalid_argument);
+  EXPECT_THROW(counter_add_plane(a, 0, 1, b), std::invalid_argument);
+  const uint64_t* planes[3] = {a, a, a};
+  EXPECT_THROW(count_planes(planes, 3, 1, b, 1), std::invalid_argument);  // 3 needs 2 planes
+}
+
+PRIDE_INSTANTIATE_ISA_TESTS(CounterTest);
+
+}  // namespace
+}  // namespace pride::bits::test
