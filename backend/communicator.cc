@@ -1,6 +1,7 @@
 #include "backend/communicator.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -124,6 +125,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
     : store_(std::move(store)), rank_(rank), size_(size),
       timeout_(options.timeout.count() > 0 ? options.timeout : Settings::get().timeout) {
   PRIDE_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in [0, {})", rank, size);
+  learn_hosts();
   transport_ = make_ucx_transport(rank, size, *store_);
   abort_buffer_.resize(kAbortMessageBytes);
   post_abort_receive();
@@ -134,6 +136,29 @@ Communicator::~Communicator() {
   // Let in-flight eager sends (abort notices, the last result chunks) leave before endpoints close.
   for (int i = 0; i < 64 && transport_->progress(); ++i) {
   }
+}
+
+void Communicator::learn_hosts() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::string host(name);
+  if (!Settings::get().hostname.empty()) host = Settings::get().hostname;
+  store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(host.begin(), host.end()));
+  std::map<std::string, int> node_ids;
+  node_of_rank_.assign(size_t(size_), 0);
+  local_rank_ = 0;
+  local_size_ = 0;
+  for (int r = 0; r < size_; ++r) {
+    auto v = store_->get("host/" + std::to_string(r));
+    std::string h(v.begin(), v.end());
+    auto it = node_ids.emplace(h, int(node_ids.size())).first;
+    node_of_rank_[size_t(r)] = it->second;
+    if (h == host) {
+      if (r < rank_) ++local_rank_;
+      ++local_size_;
+    }
+  }
+  num_nodes_ = int(node_ids.size());
 }
 
 void Communicator::post_abort_receive() {

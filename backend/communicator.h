@@ -85,6 +85,11 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Transport& transport() { return *transport_; }
+  // Host layout, learnt from hostnames exchanged through the store at construction.
+  int num_nodes() const { return num_nodes_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const std::vector<int>& node_of_rank() const { return node_of_rank_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
@@ -112,6 +117,7 @@ class Communicator {
   void post_abort_receive();
   // Spin, then yield, then sleep a little: ranks may outnumber cores.
   void idle(uint64_t idle_rounds);
+  void learn_hosts();
 
   std::shared_ptr<Store> store_;
   int rank_;
@@ -120,6 +126,10 @@ class Communicator {
   std::unique_ptr<Transport> transport_;
   uint64_t sequence_ = 0;
   std::map<std::string, TrafficCounters> traffic_;
+  int num_nodes_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::vector<int> node_of_rank_;
   std::string broken_reason_;
   std::vector<char> abort_buffer_;
   RequestPtr abort_receive_;

@@ -33,6 +33,7 @@ Settings read_settings() {
   s.check_fingerprint = env_double("PRIDE_CHECK_FINGERPRINT", 1) != 0;
   s.link_latency_us = env_double("PRIDE_LINK_LATENCY_US", 0);
   s.link_bandwidth_gbps = env_double("PRIDE_LINK_BANDWIDTH_GBPS", 0);
+  if (const char* v = env("PRIDE_HOSTNAME")) s.hostname = v;
   return s;
 }
 

@@ -16,7 +16,7 @@ struct Settings {
   bool check_fingerprint = true;           // PRIDE_CHECK_FINGERPRINT=0 disables the per-collective check
   double link_latency_us = 0;              // PRIDE_LINK_LATENCY_US: cost model override (0 = built-in)
   double link_bandwidth_gbps = 0;          // PRIDE_LINK_BANDWIDTH_GBPS: cost model override (0 = built-in)
-  size_t tree_max_bytes = 0;               // (derived by the cost model; kept here for overrides later)
+  std::string hostname;                    // PRIDE_HOSTNAME: overrides gethostname() (tests simulate nodes)
 
   static const Settings& get();
   static void reload();

@@ -1,0 +1,22 @@
+// How a buffer of `total` units (64-bit words of packed planes, or elements) is split among `parts`
+// ranks: contiguous, in rank order, sizes differing by at most one. Pure arithmetic, tested alone.
+#pragma once
+
+#include <cstddef>
+
+namespace pride::patterns {
+
+struct Range {
+  size_t begin = 0;
+  size_t size = 0;
+  size_t end() const { return begin + size; }
+};
+
+inline Range chunk(size_t total, int parts, int index) {
+  size_t p = size_t(parts), i = size_t(index);
+  size_t begin = total * i / p;  // floor(total*i/p): the first `total % p`-ish chunks come out shorter
+  size_t end = total * (i + 1) / p;
+  return {begin, end - begin};
+}
+
+}  // namespace pride::patterns

@@ -1,0 +1,86 @@
+#include "collectives/engine/sign/selector.h"
+
+#include <limits>
+
+#include "backend/common/settings.h"
+#include "collectives/bits/kernels.h"
+#include "collectives/engine/patterns/tree.h"
+
+namespace pride {
+
+LinkModel LinkModel::for_group(int num_nodes) {
+  // Defaults measured loosely on this project's machines: UCX shared memory between processes on one
+  // host, and TCP over Ethernet between hosts. Overrides let a cluster describe its real links.
+  LinkModel m = num_nodes <= 1 ? LinkModel{3.0, 1.0, 4000.0} : LinkModel{40.0, 5.0, 1250.0};
+  const Settings& s = Settings::get();
+  if (s.link_latency_us > 0) m.latency_us = s.link_latency_us;
+  if (s.link_bandwidth_gbps > 0) m.bytes_per_us = s.link_bandwidth_gbps * 1e3 / 8;
+  return m;
+}
+
+double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan) {
+  const double n = plan.nranks, C = plan.counters, R = plan.result_planes;
+  if (plan.nranks == 1) return 0;
+  switch (algorithm) {
+    case SignAlgorithm::kRing: {
+      double reduce = 0;  // step k forwards a partial of k votes: planes_for(k) planes of 1/N of the tensor
+      for (int k = 1; k < plan.nranks; ++k) reduce += C * bits::planes_for(k) / n;
+      return reduce + R * (n - 1) / n;
+    }
+    case SignAlgorithm::kDirect:
+      return (C + R) * (n - 1) / n;
+    case SignAlgorithm::kAllgather:
+      return C * (n - 1);
+    case SignAlgorithm::kTree:  // averaged over ranks: each non-root sends its subtree count up once
+    case SignAlgorithm::kAuto: {
+      double up = 0, down = 0;
+      for (int r = 0; r < plan.nranks; ++r) {
+        if (r > 0) up += C * bits::planes_for(patterns::tree_subtree_size(r, plan.nranks));
+        for (int w = 0; w < 2; ++w) down += patterns::tree_child(r, plan.nranks, w) >= 0 ? R : 0;
+      }
+      return (up + down) / n;
+    }
+  }
+  return 0;
+}
+
+double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link) {
+  const int n = plan.nranks;
+  const double bytes = wire_bits_per_element(algorithm, plan) * double(numel) / 8;
+  switch (algorithm) {
+    case SignAlgorithm::kRing:
+      return 2.0 * (n - 1) * (link.latency_us + link.overhead_us) + bytes / link.bytes_per_us;
+    case SignAlgorithm::kDirect:
+      return 2 * link.latency_us + 2.0 * (n - 1) * link.overhead_us + bytes / link.bytes_per_us;
+    case SignAlgorithm::kAllgather:
+      return link.latency_us + (n - 1) * link.overhead_us + bytes / link.bytes_per_us;
+    case SignAlgorithm::kTree: {
+      // The critical path: each level receives two children's counts, then the result comes down.
+      const int depth = patterns::tree_depth(n);
+      const double level_bytes = double(numel) / 8 * (2.0 * plan.counters * bits::planes_for(n) + plan.result_planes);
+      return 2.0 * depth * (link.latency_us + 2 * link.overhead_us) + depth * level_bytes / link.bytes_per_us;
+    }
+    case SignAlgorithm::kAuto:
+      break;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes) {
+  SignAlgorithm forced = parse_sign_algorithm(Settings::get().algo);
+  if (forced != SignAlgorithm::kAuto) return forced;
+  if (plan.nranks == 1) return SignAlgorithm::kDirect;
+  const LinkModel link = LinkModel::for_group(num_nodes);
+  SignAlgorithm best = SignAlgorithm::kDirect;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (auto a : {SignAlgorithm::kDirect, SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kAllgather}) {
+    double t = estimate_us(a, plan, numel, link);
+    if (t < best_us) {
+      best = a;
+      best_us = t;
+    }
+  }
+  return best;
+}
+
+}  // namespace pride

@@ -1,0 +1,27 @@
+// Chooses the sign-allreduce algorithm per call with NCCL's cost form, time = latency·steps +
+// messages·overhead + bytes/bandwidth, for the link class the group spans (one host: shared memory;
+// several: the network). PRIDE_ALGO forces a choice. Every rank computes the same choice from the
+// same inputs, and the choice is part of the collective's fingerprint.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/engine/sign/sign_plan.h"
+
+namespace pride {
+
+struct LinkModel {
+  double latency_us;      // per dependent step
+  double overhead_us;     // per message a rank posts
+  double bytes_per_us;    // per-rank bandwidth
+  static LinkModel for_group(int num_nodes);  // built-in defaults, PRIDE_LINK_* overrides
+};
+
+// Estimated microseconds of each algorithm for `numel` elements, and the cheapest one.
+double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link);
+SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes);
+
+// Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode).
+double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan);
+
+}  // namespace pride

@@ -1,0 +1,38 @@
+// The sign-allreduce algorithms (SPEC §4), one file each. Each runs one segment of the packed tensor
+// through the communicator; all produce the identical result planes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/communicator.h"
+#include "collectives/engine/sign/sign_plan.h"
+
+namespace pride {
+
+// One segment: plan.counters vote planes in (plane c at votes + c * vote_stride), plan.result_planes
+// result planes out (plane p at result + p * result_stride), nwords 64-bit words each. Messages use
+// slots [slot_base, slot_base + sign_slots_per_segment(N)).
+struct SignSegment {
+  const uint64_t* votes = nullptr;
+  size_t vote_stride = 0;
+  uint64_t* result = nullptr;
+  size_t result_stride = 0;
+  size_t nwords = 0;
+  uint32_t slot_base = 0;
+};
+
+inline uint32_t sign_slots_per_segment(int nranks) { return uint32_t(2 * nranks); }
+
+// Ring: reduce-scatter where the partial count of k votes travels as planes_for(k) planes, then a
+// ring all-gather of the result. Bandwidth-friendly, 2(N−1) latency steps.
+void sign_ring(Collective& c, const SignPlan& plan, const SignSegment& seg);
+// Binary tree: counters reduced up to rank 0, the result broadcast down. 2·log2(N) steps: small tensors.
+void sign_tree(Collective& c, const SignPlan& plan, const SignSegment& seg);
+// Direct (scatter–vote–gather): 1-bit shards to their owners, the owner counts N planes with a
+// positional popcount, then every owner sends its result to everyone. Bandwidth-optimal, 2 steps.
+void sign_direct(Collective& c, const SignPlan& plan, const SignSegment& seg);
+// Baseline of the paper's code and signSGD-MV: every rank's votes to every rank, counted locally.
+void sign_allgather(Collective& c, const SignPlan& plan, const SignSegment& seg);
+
+}  // namespace pride

@@ -1,0 +1,49 @@
+// sign-allreduce (SPEC §2): every rank contributes the signs of a tensor, every rank receives the
+// element-wise majority vote or mean of those signs, bit for bit the same for every algorithm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "collectives/bits/kernels.h"
+#include "collectives/engine/sign/sign_plan.h"
+#include "collectives/engine/sign/sign_types.h"
+
+namespace pride {
+
+struct SignOptions {
+  SignMode mode = SignMode::kVote;
+  VoteKind votes = VoteKind::kBinary;
+  SignAlgorithm algorithm = SignAlgorithm::kAuto;  // kAuto: PRIDE_ALGO, else the cost model
+};
+
+// The result as planes (SignPlan's encoding): what the optimizer applies without unpacking.
+struct SignResult {
+  SignPlan plan;
+  SignAlgorithm algorithm = SignAlgorithm::kAuto;
+  size_t numel = 0;
+  size_t nwords = 0;
+  std::vector<uint64_t> planes;  // plan.result_planes planes of nwords words, plane-major
+  const uint64_t* plane(int p) const { return planes.data() + size_t(p) * nwords; }
+  const uint64_t* tie_plane() const { return plan.has_tie_plane() ? plane(1) : nullptr; }
+  // Writes the values (−1/0/+1, or s/N) as float32/bf16/fp16 (or int8 for votes).
+  void write(void* y, bits::DType dtype) const;
+};
+
+// Core: `votes` holds the rank's packed votes, plan.counters planes of words_for(numel) words,
+// plane-major (binary: the +1 plane; ternary: +1 then −1), tail bits zero. `dtype_code` only enters
+// the fingerprint (ranks must agree on it).
+SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
+                                 uint32_t dtype_code);
+
+// In place on float32 / bf16 / fp16 values.
+void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel, const SignOptions& options);
+
+// Packed-bit input (binary votes, SPEC §2 byte layout, bytes_for(numel) bytes; trailing bits ignored).
+// Writes numel results to `out`: int8 −1/0/+1 (vote) or float32 (mean).
+void sign_allreduce_packed(Communicator& comm, const uint8_t* packed, size_t numel, const SignOptions& options,
+                           void* out);
+
+}  // namespace pride

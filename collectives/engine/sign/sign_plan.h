@@ -1,0 +1,38 @@
+// What travels in a sign-allreduce of N ranks, independent of the algorithm, and how full counts
+// become the result.
+//
+// Reduce phase: each rank contributes `counters` vote planes (binary: the +1 plane; ternary: the +1
+// and the −1 planes). A partial sum of k ranks' votes is that many bit-sliced counters of
+// planes_for(k) planes each.
+// Result: `result_planes` planes per element:
+//   vote, binary, odd N      1  (+1 plane; a tie is impossible)
+//   vote, otherwise          2  (+1 plane, tie plane)
+//   mean, binary             planes_for(N)   count c of +1 votes: s = 2c − N
+//   mean, ternary            planes_for(2N)  u = pos − neg + N:   s = u − N
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/engine/sign/sign_types.h"
+
+namespace pride {
+
+struct SignPlan {
+  int nranks = 1;
+  SignMode mode = SignMode::kVote;
+  VoteKind kind = VoteKind::kBinary;
+  int counters = 1;       // vote planes per rank (1 binary, 2 ternary)
+  int result_planes = 1;
+  int mean_scale = 2;     // mean: s = mean_scale * u − mean_offset
+  int64_t mean_offset = 0;
+
+  static SignPlan make(int nranks, SignMode mode, VoteKind kind);
+  bool has_tie_plane() const { return mode == SignMode::kVote && result_planes == 2; }
+
+  // counts: `counters` counters of `planes` planes over `nwords` words, counter-major, holding all
+  // N ranks' votes. result: result_planes planes, plane p at result + p * result_stride.
+  void finalize(const uint64_t* counts, int planes, size_t nwords, uint64_t* result, size_t result_stride) const;
+};
+
+}  // namespace pride
