@@ -2,8 +2,10 @@
 // planes is stored plane-major: plane p is at counter + p * nwords and holds bit p of every count.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "collectives/bits/kernel_table.h"
 #include "collectives/bits/word_block.h"
@@ -21,6 +23,7 @@ inline void full_add(V a, V b, V c, V& sum, V& carry) {
 // Adds c (weight 2^level) into digits [level, ndigits) with a ripple of half adders.
 template <class V>
 inline void ripple_in(V* digit, int ndigits, int level, V c) {
+#pragma GCC unroll 8
   for (int l = level; l < ndigits; ++l) {
     const V t = digit[l] & c;
     digit[l] ^= c;
@@ -30,7 +33,7 @@ inline void ripple_in(V* digit, int ndigits, int level, V c) {
 
 template <class V>
 void counter_add_plane(uint64_t* counter, int planes, size_t nwords, const uint64_t* plane) {
-  for_each_block<V>(nwords, [&](auto tag, size_t w) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c = load_block<B>(plane + w);
     for (int p = 0; p < planes; ++p) {
@@ -44,7 +47,7 @@ void counter_add_plane(uint64_t* counter, int planes, size_t nwords, const uint6
 
 template <class V>
 void counter_add(uint64_t* acc, int acc_planes, const uint64_t* other, int other_planes, size_t nwords) {
-  for_each_block<V>(nwords, [&](auto tag, size_t w) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c{};
     for (int p = 0; p < acc_planes; ++p) {
@@ -67,28 +70,56 @@ void counter_add(uint64_t* acc, int acc_planes, const uint64_t* other, int other
 // trailing one bits. Each input costs about one CSA (5 logic ops) instead of a ripple of log2(N)
 // half adders; leftovers are rippled in once at the end of the block.
 template <class V>
-void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
+__attribute__((always_inline)) inline void count_planes_body(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
                   int counter_planes) {
-  int ndigits = 1;
-  while (ndigits < kMaxPlanes && (int64_t{1} << ndigits) <= nplanes) ++ndigits;
+  const int ndigits = nplanes > 0 ? 32 - __builtin_clz(static_cast<unsigned>(nplanes)) : 1;
   const int npairs = nplanes / 2;
-  for_each_block<V>(nwords, [&](auto tag, size_t w) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
-    B digit[kMaxPlanes] = {};
+    B digit[kMaxPlanes];
     B pending[kMaxPlanes + 1];
+#pragma GCC unroll 32
+    for (int d = 0; d < ndigits; ++d) digit[d] = B{};
+#pragma GCC unroll 16
     for (int k = 0; k < npairs; ++k) {
       B carry;
       full_add(digit[0], load_block<B>(planes[2 * k] + w), load_block<B>(planes[2 * k + 1] + w), digit[0], carry);
       int level = 1;
-      for (unsigned occupied = static_cast<unsigned>(k); occupied & 1u; occupied >>= 1, ++level)
+#pragma GCC unroll 8
+      for (unsigned occupied = static_cast<unsigned>(k); (occupied & 1u) != 0; occupied >>= 1, ++level)
         full_add(digit[level], pending[level], carry, digit[level], carry);
       pending[level] = carry;
     }
     if (nplanes & 1) ripple_in(digit, ndigits, 0, load_block<B>(planes[nplanes - 1] + w));
+#pragma GCC unroll 8
     for (int level = 1; (npairs >> (level - 1)) != 0; ++level)
       if ((npairs >> (level - 1)) & 1) ripple_in(digit, ndigits, level, pending[level]);
+#pragma GCC unroll 8
     for (int p = 0; p < counter_planes; ++p) store_block(counter + p * nwords + w, p < ndigits ? digit[p] : B{});
   });
+}
+
+// With nplanes a compile-time constant the loops above unroll completely and digit[] and pending[]
+// live in registers; a runtime nplanes keeps them on the stack, which costs several times more per
+// word. Common rank counts get their own instantiation.
+constexpr int kFixedCounts = 16;
+
+template <class V, int kN>
+void count_planes_fixed(const uint64_t* const* planes, size_t nwords, uint64_t* counter, int counter_planes) {
+  count_planes_body<V>(planes, kN, nwords, counter, counter_planes);
+}
+
+template <class V, size_t... kN>
+constexpr auto fixed_count_kernels(std::index_sequence<kN...>) {
+  return std::array{&count_planes_fixed<V, static_cast<int>(kN)>...};
+}
+
+template <class V>
+void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
+                  int counter_planes) {
+  static constexpr auto kFixed = fixed_count_kernels<V>(std::make_index_sequence<kFixedCounts + 1>{});
+  if (nplanes <= kFixedCounts) return kFixed[nplanes](planes, nwords, counter, counter_planes);
+  count_planes_body<V>(planes, nplanes, nwords, counter, counter_planes);
 }
 
 // out = pos - neg + offset, as pos + ~neg + 1 + offset modulo 2^out_planes (two's complement, with
@@ -97,7 +128,7 @@ void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uin
 template <class V>
 void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, uint64_t offset,
                            uint64_t* out, int out_planes) {
-  for_each_block<V>(nwords, [&](auto tag, size_t w) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c1 = ~B{};
     B c2{};

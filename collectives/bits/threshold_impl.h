@@ -19,7 +19,7 @@ void vote_from_count(const uint64_t* count, int planes, size_t nwords, uint64_t 
                      uint64_t* tie) {
   // A count of `planes` planes is at most 2^planes - 1; if half is beyond that, nothing passes.
   const bool reachable = planes >= 64 || (half >> planes) == 0;
-  for_each_block<V>(nwords, [&](auto tag, size_t w) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B gt{};
     B eq = splat_bit<B>(reachable);
@@ -41,7 +41,7 @@ void vote_from_count(const uint64_t* count, int planes, size_t nwords, uint64_t 
 template <class V>
 void vote_from_counts(const uint64_t* pos_count, const uint64_t* neg_count, int planes, size_t nwords,
                       uint64_t* pos, uint64_t* tie) {
-  for_each_block<V>(nwords, [&](auto tag, size_t w) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B gt{};
     B eq = ~B{};

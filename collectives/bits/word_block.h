@@ -34,10 +34,15 @@ inline V splat_bit(bool bit) {
   return bit ? ~V{} : V{};
 }
 
+// Block bodies are lambdas called once per block. GCC does not always inline the larger ones (nor
+// this driver), and a call per 4 words costs more than the work and hides constant arguments from
+// the body, so both are marked always_inline.
+#define PRIDE_BLOCK_INLINE __attribute__((always_inline))
+
 // Calls body(V{}, w) for every full block of V at word w, then body(uint64_t{}, w) for the rest;
 // the first argument only carries the block type.
 template <class V, class Body>
-inline void for_each_block(size_t nwords, Body&& body) {
+PRIDE_BLOCK_INLINE inline void for_each_block(size_t nwords, Body&& body) {
   size_t w = 0;
   for (; w + kLanes<V> <= nwords; w += kLanes<V>) body(V{}, w);
   for (; w < nwords; ++w) body(uint64_t{}, w);

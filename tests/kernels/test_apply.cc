@@ -95,7 +95,9 @@ TEST(ApplyCrossIsa, BitIdenticalAcrossIsas) {
     set_isa(saved);
     for (int k = 0; k < 4; ++k) ASSERT_EQ(out[0][k], out[1][k]) << dtype_name(dtype) << " output " << k;
     for (size_t j = 0; j < n; ++j) {
-      if (is_nan(dtype, x0.data(), j)) ASSERT_TRUE(is_nan(dtype, out[0][0].data(), j));
+      if (is_nan(dtype, x0.data(), j)) {
+        ASSERT_TRUE(is_nan(dtype, out[0][0].data(), j));
+      }
     }
   }
 }
