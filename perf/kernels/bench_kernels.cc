@@ -1,0 +1,179 @@
+// Single-threaded throughput of the CPU bit kernels, each next to memcpy of the same bytes measured in
+// the same run (SPEC §5). Prints one row per kernel and ISA; --help lists the flags.
+//
+// Definitions (printed with the table):
+//   G elem/s  = n / time (n elements of the tensor, whatever the kernel's inputs are).
+//   GB/s      = bytes of the unpacked side / time: n * sizeof(dtype) for pack, unpack and apply
+//               (pack reads them, unpack writes them, apply reads and writes them in place).
+//   vs memcpy = memcpy time for that many bytes / kernel time (memcpy reads and writes them once).
+//   Counter and threshold kernels have no unpacked side; their target is in G elem/s.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collectives/bits/kernels.h"
+
+namespace {
+
+using pride::bits::DType;
+using pride::bits::Isa;
+
+// Median of `reps` timed runs after one untimed warm-up, in seconds.
+double median_seconds(const std::function<void()>& run, int reps) {
+  run();
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+enum class Target { kBandwidth, kRate };  // >= 70% of memcpy, or >= 20 G elements/s
+
+struct Kernel {
+  std::string name;
+  size_t unpacked_bytes;  // 0 for kernels that only touch planes
+  Target target;
+  std::function<void()> run;
+};
+
+// All buffers the kernels read and write, allocated and touched once.
+struct Buffers {
+  size_t n, nwords;
+  std::vector<float> f32, out_f32;
+  std::vector<uint16_t> bf16, f16, out_16;
+  std::vector<uint64_t> votes;    // 8 vote planes
+  std::vector<uint64_t> counter;  // 4 planes
+  std::vector<uint64_t> counter2, pos, neg, tie;
+
+  explicit Buffers(size_t elements)
+      : n(elements),
+        nwords(pride::bits::words_for(elements)),
+        f32(elements),
+        out_f32(elements),
+        bf16(elements),
+        f16(elements),
+        out_16(elements),
+        votes(8 * nwords),
+        counter(4 * nwords),
+        counter2(4 * nwords),
+        pos(nwords),
+        neg(nwords),
+        tie(nwords) {
+    std::mt19937_64 gen(1);
+    std::normal_distribution<float> normal;
+    for (size_t i = 0; i < n; ++i) {
+      f32[i] = normal(gen);
+      uint32_t u;
+      std::memcpy(&u, &f32[i], 4);
+      bf16[i] = static_cast<uint16_t>(u >> 16);
+      f16[i] = static_cast<uint16_t>(gen());
+    }
+    for (auto& w : votes) w = gen();
+    for (auto& w : counter2) w = gen();
+  }
+  const uint64_t* vote(int r) const { return votes.data() + r * nwords; }
+};
+
+std::vector<Kernel> kernels(Buffers& b) {
+  const size_t n = b.n, nw = b.nwords;
+  std::vector<const uint64_t*> planes;
+  for (int r = 0; r < 8; ++r) planes.push_back(b.vote(r));
+  using namespace pride::bits;
+  return {
+      {"pack_binary fp32", 4 * n, Target::kBandwidth, [&b, n] { pack_binary(b.f32.data(), DType::kFloat32, n, b.pos.data()); }},
+      {"pack_binary bf16", 2 * n, Target::kBandwidth, [&b, n] { pack_binary(b.bf16.data(), DType::kBFloat16, n, b.pos.data()); }},
+      {"pack_binary fp16", 2 * n, Target::kBandwidth, [&b, n] { pack_binary(b.f16.data(), DType::kFloat16, n, b.pos.data()); }},
+      {"pack_ternary fp32", 4 * n, Target::kBandwidth,
+       [&b, n] { pack_ternary(b.f32.data(), DType::kFloat32, n, b.pos.data(), b.neg.data()); }},
+      {"unpack_vote fp32", 4 * n, Target::kBandwidth,
+       [&b, n] { unpack_vote(b.vote(0), nullptr, n, b.out_f32.data(), DType::kFloat32); }},
+      {"unpack_vote fp32 +tie", 4 * n, Target::kBandwidth,
+       [&b, n] { unpack_vote(b.vote(0), b.vote(1), n, b.out_f32.data(), DType::kFloat32); }},
+      {"unpack_vote bf16", 2 * n, Target::kBandwidth,
+       [&b, n] { unpack_vote(b.vote(0), nullptr, n, b.out_16.data(), DType::kBFloat16); }},
+      {"unpack_mean fp32 N=8", 4 * n, Target::kBandwidth,
+       [&b, n] { unpack_mean(b.counter2.data(), 4, n, 2, 8, 8, b.out_f32.data(), DType::kFloat32); }},
+      {"apply_vote fp32", 4 * n, Target::kBandwidth,
+       [&b, n] { apply_vote(b.f32.data(), DType::kFloat32, n, b.vote(0), nullptr, 1e-4, 0.1); }},
+      {"apply_vote bf16", 2 * n, Target::kBandwidth,
+       [&b, n] { apply_vote(b.bf16.data(), DType::kBFloat16, n, b.vote(0), nullptr, 1e-4, 0.1); }},
+      {"counter_add_plane P=4", 0, Target::kRate, [&b, nw] { counter_add_plane(b.counter.data(), 4, nw, b.vote(0)); }},
+      {"counter_add P=4+4", 0, Target::kRate, [&b, nw] { counter_add(b.counter.data(), 4, b.counter2.data(), 4, nw); }},
+      {"count_planes N=4", 0, Target::kRate, [&b, nw, planes] { count_planes(planes.data(), 4, nw, b.counter.data(), 3); }},
+      {"count_planes N=8", 0, Target::kRate, [&b, nw, planes] { count_planes(planes.data(), 8, nw, b.counter.data(), 4); }},
+      {"vote_from_count P=4", 0, Target::kRate,
+       [&b, nw] { vote_from_count(b.counter2.data(), 4, nw, 8, b.pos.data(), b.tie.data()); }},
+      {"vote_from_counts P=4", 0, Target::kRate,
+       [&b, nw] { vote_from_counts(b.counter2.data(), b.counter.data(), 4, nw, b.pos.data(), b.tie.data()); }},
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Throughput of pride's CPU bit kernels next to memcpy (one thread)"};
+  int log2n = 24;
+  int reps = 11;
+  std::string isa_choice = "all";
+  app.add_option("-n,--log2n", log2n, "elements per kernel call = 2^log2n")->check(CLI::Range(10, 30));
+  app.add_option("-r,--reps", reps, "timed repetitions per kernel (the median is reported)")->check(CLI::PositiveNumber);
+  app.add_option("--isa", isa_choice, "scalar, avx2 or all (the supported ones)")
+      ->check(CLI::IsMember({"scalar", "avx2", "all"}));
+  CLI11_PARSE(app, argc, argv);
+
+  const size_t n = size_t{1} << log2n;
+  Buffers buffers(n);
+  auto list = kernels(buffers);
+
+  // memcpy of each unpacked size, in the same run; source and destination are distinct n*4-byte buffers.
+  std::map<size_t, double> memcpy_seconds;
+  auto* src = reinterpret_cast<char*>(buffers.f32.data());
+  auto* dst = reinterpret_cast<char*>(buffers.out_f32.data());
+  for (const auto& k : list)
+    if (k.unpacked_bytes && !memcpy_seconds.count(k.unpacked_bytes))
+      memcpy_seconds[k.unpacked_bytes] =
+          median_seconds([&, bytes = k.unpacked_bytes] { std::memcpy(dst, src, bytes); }, reps);
+
+  std::printf("n = 2^%d = %zu elements, median of %d runs, one thread\n", log2n, n, reps);
+  std::printf("G elem/s = n / time.  GB/s = unpacked bytes (n * sizeof dtype) / time.\n");
+  std::printf("vs memcpy = memcpy(unpacked bytes) time / kernel time, memcpy measured in this run.\n");
+  std::printf("Targets (SPEC 5): pack/unpack/apply vs memcpy >= 0.70; counters and thresholds >= 20 G elem/s.\n\n");
+  for (const auto& [bytes, seconds] : memcpy_seconds)
+    std::printf("memcpy %zu MiB: %.2f GB/s\n", bytes >> 20, bytes / seconds * 1e-9);
+  std::printf("\n%-24s %-7s %9s %8s %10s %7s\n", "kernel", "isa", "G elem/s", "GB/s", "vs memcpy", "target");
+
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+    if (isa_choice != "all" && isa_choice != pride::bits::isa_name(isa)) continue;
+    if (!pride::bits::isa_supported(isa)) {
+      std::printf("(%s not supported on this CPU)\n", pride::bits::isa_name(isa));
+      continue;
+    }
+    pride::bits::set_isa(isa);
+    for (const auto& k : list) {
+      const double t = median_seconds(k.run, reps);
+      const double gelem = n / t * 1e-9;
+      if (k.unpacked_bytes) {
+        const double ratio = memcpy_seconds[k.unpacked_bytes] / t;
+        std::printf("%-24s %-7s %9.2f %8.2f %10.2f %7s\n", k.name.c_str(), pride::bits::isa_name(isa), gelem,
+                    k.unpacked_bytes / t * 1e-9, ratio, ratio >= 0.70 ? "met" : "missed");
+      } else {
+        std::printf("%-24s %-7s %9.2f %8s %10s %7s\n", k.name.c_str(), pride::bits::isa_name(isa), gelem, "-", "-",
+                    gelem >= 20.0 ? "met" : "missed");
+      }
+    }
+  }
+  return 0;
+}
