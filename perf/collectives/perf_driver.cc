@@ -1,0 +1,285 @@
+#include "perf/collectives/perf_driver.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <cstdio>
+#include <limits>
+#include <map>
+
+#include "backend/common/error.h"
+#include "backend/common/settings.h"
+#include "backend/store/c10d_store.h"
+#include "collectives/bits/kernels.h"
+#include "collectives/engine/sign/sign_allreduce.h"
+
+namespace pride::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sweep {
+  std::string min_text = "4", max_text = "64M";
+  uint64_t min_bytes = 0, max_bytes = 0;
+  uint64_t step_factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  int check = 0;
+};
+
+// "4", "64K", "64M", "1G" (binary multiples, as nccl-tests reads them).
+uint64_t parse_bytes(const std::string& text, const char* flag) {
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  PRIDE_CHECK_ARG(end != text.c_str(), "{} '{}' is not a size", flag, text);
+  std::string suffix(end);
+  uint64_t scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1ull << 10;
+  else if (suffix == "M" || suffix == "m") scale = 1ull << 20;
+  else if (suffix == "G" || suffix == "g") scale = 1ull << 30;
+  else PRIDE_CHECK_ARG(suffix.empty(), "{} '{}': unknown suffix '{}' (K, M or G)", flag, text, suffix);
+  return uint64_t(v) * scale;
+}
+
+std::vector<uint64_t> sweep_sizes(const Sweep& s) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t b = s.min_bytes; b <= s.max_bytes;) {
+    sizes.push_back(b);
+    if (b == 0) {
+      b = 1;  // 0 bytes is a valid no-op row; multiplying would never leave it
+    } else if (b > s.max_bytes / s.step_factor) {
+      break;
+    } else {
+      b *= s.step_factor;
+    }
+  }
+  return sizes;
+}
+
+// Every rank leaves only after every rank has entered: the allgather algorithm sends each rank's
+// vote to every rank. Keeps one iteration's stragglers out of the next one's time.
+void sync(Communicator& comm) {
+  float one = 1.0f;
+  sign_allreduce(comm, &one, bits::DType::kFloat32, 1,
+                 {SignMode::kVote, VoteKind::kBinary, SignAlgorithm::kAllgather});
+}
+
+// What the communicator counted, so that one call's bytes and algorithm are a difference of two.
+struct TrafficSnapshot {
+  uint64_t bytes_sent = 0;
+  std::map<std::string, uint64_t> calls;
+  static TrafficSnapshot take(const Communicator& comm) {
+    TrafficSnapshot s;
+    for (const auto& [key, c] : comm.traffic()) {
+      s.bytes_sent += c.bytes_sent;
+      s.calls[key] = c.calls;
+    }
+    return s;
+  }
+};
+
+// One rank's measurements for one row, published through the store for rank 0 (plain bytes).
+struct RowStats {
+  double time_us = 0;        // mean over the timed iterations
+  uint64_t bytes_sent = 0;   // payload bytes this rank sent, summed over the timed iterations
+  uint64_t wrong = 0;
+  char algorithm[32] = {};   // the traffic key the collective counted under
+};
+
+void publish(Store& store, const std::string& key, const RowStats& s) {
+  std::vector<uint8_t> v(sizeof s);
+  std::memcpy(v.data(), &s, sizeof s);
+  store.set(key, v);
+}
+
+RowStats fetch(Store& store, const std::string& key) {
+  auto v = store.get(key);
+  PRIDE_ENFORCE(v.size() == sizeof(RowStats), "store key {} holds {} bytes, expected {}", key, v.size(),
+                sizeof(RowStats));
+  RowStats s;
+  std::memcpy(&s, v.data(), sizeof s);
+  return s;
+}
+
+RowStats measure(Communicator& comm, Benchmark& bench, const Sweep& sweep) {
+  for (int i = 0; i < sweep.warmup; ++i) {
+    bench.restore_input();
+    sync(comm);
+    bench.run(comm);
+  }
+  RowStats stats;
+  double total_us = 0;
+  std::map<std::string, uint64_t> calls_by_key;
+  for (int i = 0; i < sweep.iters; ++i) {
+    bench.restore_input();
+    sync(comm);
+    auto before = TrafficSnapshot::take(comm);
+    auto t0 = Clock::now();
+    bench.run(comm);
+    auto t1 = Clock::now();
+    auto after = TrafficSnapshot::take(comm);
+    total_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+    stats.bytes_sent += after.bytes_sent - before.bytes_sent;
+    for (const auto& [key, calls] : after.calls) {
+      auto it = before.calls.find(key);
+      uint64_t prior = it == before.calls.end() ? 0 : it->second;
+      if (calls > prior) calls_by_key[key] += calls - prior;
+    }
+  }
+  stats.time_us = total_us / sweep.iters;
+  std::string algorithm;
+  for (const auto& [key, calls] : calls_by_key) algorithm += (algorithm.empty() ? "" : "+") + key;
+  if (algorithm.empty()) algorithm = "-";  // nothing was sent (one rank, or numel 0)
+  std::snprintf(stats.algorithm, sizeof stats.algorithm, "%s", algorithm.c_str());
+  if (sweep.check) stats.wrong = bench.count_wrong(comm);
+  return stats;
+}
+
+std::string format_bits(double bits) { return bits < 0 ? "-" : fmt::format("{:.3f}", bits); }
+
+class Table {
+ public:
+  void header() const {
+    fmt::print("#\n# {:>12} {:>12} {:>9} {:>10} {:>10} {:>11} {:>11} {:>15} {:>8} {:>7}\n", "size", "count", "type",
+               "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire_bits/elem", "formula", "#wrong");
+  }
+  void row(uint64_t bytes, size_t count, const std::string& type, const std::string& algo, double time_us,
+           double bytes_sent_per_rank, double wire_bits, double formula, uint64_t wrong) {
+    // algbw: the bytes the caller handed in; busbw: the bytes a rank actually put on the wire.
+    double algbw = time_us > 0 ? double(bytes) / time_us / 1e3 : 0;
+    double busbw = time_us > 0 ? bytes_sent_per_rank / time_us / 1e3 : 0;
+    fmt::print("  {:>12} {:>12} {:>9} {:>10} {:>10.1f} {:>11.3f} {:>11.3f} {:>15} {:>8} {:>7}\n", bytes, count, type,
+               algo, time_us, algbw, busbw, format_bits(wire_bits), format_bits(formula), wrong);
+    std::fflush(stdout);
+    busbw_sum_ += busbw;
+    ++rows_;
+  }
+  double avg_busbw() const { return rows_ ? busbw_sum_ / double(rows_) : 0; }
+
+ private:
+  double busbw_sum_ = 0;
+  int rows_ = 0;
+};
+
+void print_ranks(Store& store, const Communicator& comm) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string me = fmt::format("#  Rank {:2} pid {:7} on {}", comm.rank(), getpid(), host);
+  store.set(fmt::format("who/{}", comm.rank()), std::vector<uint8_t>(me.begin(), me.end()));
+  if (comm.rank() != 0) return;
+  for (int r = 0; r < comm.size(); ++r) {
+    auto v = store.get(fmt::format("who/{}", r));
+    fmt::print("{}\n", std::string(v.begin(), v.end()));
+  }
+}
+
+int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std::vector<uint64_t>& sizes) {
+  LaunchEnv env = read_launch_env();
+  auto base = make_prefix_store("perf", connect_store(env, Settings::get().timeout));
+  Communicator comm(make_prefix_store("comm", base), env.rank, env.world_size, {});
+  const bool root = comm.rank() == 0;
+  if (root) {
+    fmt::print("# {}: {} ranks on {} host(s), {}, iters {}, warmup {}, check {}, kernels {}, timeout {} s\n", tool,
+               comm.size(), comm.num_nodes(), bench.describe(), sweep.iters, sweep.warmup, sweep.check,
+               bits::isa_name(bits::active_isa()), comm.timeout().count() / 1000.0);
+  }
+  print_ranks(*base, comm);
+  if (root) {
+    fmt::print("#\n# time: mean per call over -n iterations (ranks synchronised before each), slowest rank\n"
+               "# busbw, wire_bits/elem: payload bytes a rank sent (fingerprints excluded), mean over ranks\n");
+  }
+
+  Table table;
+  uint64_t my_wrong = 0;
+  int row_id = 0;
+  for (const auto& block : bench.blocks()) {
+    if (root) table.header();
+    for (uint64_t bytes : sizes) {
+      const size_t count = bytes / bench.element_size();
+      bench.setup(comm, block, count);
+      RowStats mine = measure(comm, bench, sweep);
+      my_wrong += mine.wrong;
+      std::string key_prefix = fmt::format("row/{}/", row_id++);
+      if (!root) {
+        publish(*base, key_prefix + std::to_string(comm.rank()), mine);
+        continue;
+      }
+      double slowest_us = mine.time_us, sent = double(mine.bytes_sent);
+      uint64_t wrong = mine.wrong;
+      for (int r = 1; r < comm.size(); ++r) {
+        RowStats s = fetch(*base, key_prefix + std::to_string(r));
+        slowest_us = std::max(slowest_us, s.time_us);
+        sent += double(s.bytes_sent);
+        wrong += s.wrong;
+      }
+      double sent_per_rank_call = sent / comm.size() / sweep.iters;
+      double wire_bits = count ? sent_per_rank_call * 8 / double(count) : -1;
+      std::string algo = mine.algorithm;
+      table.row(count * bench.element_size(), count, bench.type_name(), algo, slowest_us, sent_per_rank_call,
+                wire_bits, bench.formula_bits(comm, algo), wrong);
+    }
+  }
+
+  // The exit code must agree on every rank: total the wrong values through the store.
+  base->add("wrong", int64_t(my_wrong));
+  sync(comm);
+  int64_t total_wrong = base->add("wrong", 0);
+  if (root) {
+    fmt::print("# Out of bounds values : {} {}\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", table.avg_busbw());
+  }
+  sync(comm);  // rank 0 hosts the store: it must not leave while others still read from it
+  return total_wrong ? 1 : 0;
+}
+
+}  // namespace
+
+int perf_main(int argc, char** argv, const std::string& tool, Benchmark& bench) {
+  const char* rank_env = std::getenv("RANK");
+  const std::string who = fmt::format("{} rank {}", tool, rank_env ? rank_env : "?");
+  CLI::App app{tool + ": nccl-tests-style benchmark of pride collectives. Launch with torchrun --no-python, or "
+                      "set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT."};
+  Sweep sweep;
+  app.add_option("-b,--minbytes", sweep.min_text, "smallest size in bytes of the caller's tensor (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", sweep.max_text, "largest size in bytes")->capture_default_str();
+  app.add_option("-f,--stepfactor", sweep.step_factor, "multiply the size by this between rows")
+      ->check(CLI::Range(uint64_t(2), uint64_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("-n,--iters", sweep.iters, "timed iterations per size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("-w,--warmup_iters", sweep.warmup, "untimed iterations first")->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("-c,--check", sweep.check, "check every rank's result against the oracle (0/1)")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  bench.add_flags(app);
+  std::vector<uint64_t> sizes;
+  try {
+    app.parse(argc, argv);
+    bench.validate();
+    sweep.min_bytes = parse_bytes(sweep.min_text, "-b");
+    sweep.max_bytes = parse_bytes(sweep.max_text, "-e");
+    PRIDE_CHECK_ARG(sweep.min_bytes <= sweep.max_bytes, "-b {} is larger than -e {}", sweep.min_bytes,
+                    sweep.max_bytes);
+    sizes = sweep_sizes(sweep);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: {}\n", who, e.what());
+    return 2;
+  }
+  try {
+    return run(tool, bench, sweep, sizes);
+  } catch (const std::exception& e) {
+    // pride's errors already name the collective and the peer; add who is reporting.
+    fmt::print(stderr, "{}: error: {}\n", who, e.what());
+    return 2;
+  }
+}
+
+}  // namespace pride::perf
