@@ -1,0 +1,84 @@
+// pride._C: creates the c10d backend and reaches pride's own operations on a group's backend.
+// Kept thin: argument parsing and GIL handling only; everything else lives in torch_plugin/.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/python.h>
+
+#include "collectives/bits/kernels.h"
+#include "torch_plugin/pride_backend.h"
+
+namespace py = pybind11;
+using pride::torch_plugin::PrideBackend;
+
+namespace {
+
+PrideBackend& as_pride(c10d::Backend& backend) {
+  auto* pride = dynamic_cast<PrideBackend*>(&backend);
+  if (pride == nullptr) {
+    throw py::type_error("pride: this process group's CPU backend is \"" + backend.getBackendName() +
+                         "\", not \"pride\"; create the group with backend=\"pride\" (or \"cpu:pride,cuda:nccl\")");
+  }
+  return *pride;
+}
+
+pride::SignOptions sign_options(const std::string& mode, const std::string& votes, const std::string& algorithm) {
+  try {
+    return {pride::parse_sign_mode(mode), pride::parse_vote_kind(votes), pride::parse_sign_algorithm(algorithm)};
+  } catch (const std::exception& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+py::dict traffic_dict(const std::map<std::string, pride::TrafficCounters>& traffic) {
+  py::dict out;
+  for (const auto& [name, t] : traffic) {
+    py::dict d;
+    d["calls"] = t.calls;
+    d["bytes_sent"] = t.bytes_sent;
+    d["bytes_received"] = t.bytes_received;
+    out[py::str(name)] = d;
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "pride's C++ core: the c10d backend and the sign-allreduce engine";
+
+  m.def("create_backend", &pride::torch_plugin::create_backend, py::arg("store"), py::arg("rank"), py::arg("size"),
+        py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+        "Creates pride's c10d backend (the creator registered with torch.distributed).");
+
+  m.def(
+      "sign_allreduce",
+      [](c10d::Backend& backend, at::Tensor tensor, const std::string& mode, const std::string& votes,
+         const std::string& algorithm) {
+        auto options = sign_options(mode, votes, algorithm);
+        return as_pride(backend).sign_allreduce(tensor, options);
+      },
+      py::arg("backend"), py::arg("tensor"), py::arg("mode"), py::arg("votes"), py::arg("algorithm") = "auto");
+
+  m.def(
+      "sign_allreduce_packed",
+      [](c10d::Backend& backend, const at::Tensor& packed, int64_t numel, const std::string& mode,
+         const std::string& algorithm) {
+        auto options = sign_options(mode, "binary", algorithm);
+        return as_pride(backend).sign_allreduce_packed(packed, numel, options);
+      },
+      py::arg("backend"), py::arg("packed"), py::arg("numel"), py::arg("mode"), py::arg("algorithm") = "auto");
+
+  m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
+  m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });
+  m.def("reset_traffic", [](c10d::Backend& backend) { as_pride(backend).reset_traffic(); });
+  m.def("topology", [](c10d::Backend& backend) {
+    const pride::Communicator& comm = as_pride(backend).communicator();
+    py::dict d;
+    d["local_rank"] = comm.local_rank();
+    d["local_size"] = comm.local_size();
+    d["num_nodes"] = comm.num_nodes();
+    return d;
+  });
+  m.def("kernel_isa", [] { return std::string(pride::bits::isa_name(pride::bits::active_isa())); });
+}

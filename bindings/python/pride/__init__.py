@@ -1,0 +1,44 @@
+"""pride: bitwise sign-allreduce and a torch.distributed backend for Distributed Lion.
+
+Importing pride registers the torch.distributed backend "pride"::
+
+    import torch.distributed as dist
+    import pride
+
+    dist.init_process_group("pride")          # env:// under torchrun
+    pride.sign_allreduce(t, mode="vote")      # in place: the element-wise majority of the ranks' signs
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension that links it)
+import torch.distributed  # noqa: F401
+
+from . import _C
+from ._registration import register_backend as _register_backend
+from .collectives import reset_stats, sign_allreduce, sign_allreduce_packed, stats
+from .horovod import (
+    broadcast_optimizer_state,
+    broadcast_parameters,
+    init,
+    local_rank,
+    local_size,
+    rank,
+    size,
+)
+
+__version__ = "0.1.0"
+
+_register_backend()
+
+__all__ = [
+    "sign_allreduce",
+    "sign_allreduce_packed",
+    "stats",
+    "reset_stats",
+    "init",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "broadcast_parameters",
+    "broadcast_optimizer_state",
+]

@@ -1,0 +1,81 @@
+"""pride's own collectives on torch.distributed groups (SPEC §3)."""
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+_CPU = torch.device("cpu")
+
+
+def _pride_backend(group, what):
+    """The pride backend object behind ``group`` (default: the world group)."""
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"pride.{what}: torch.distributed is not initialized; call "
+            'dist.init_process_group("pride") or pride.init() first'
+        )
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    try:
+        backend = pg._get_backend(_CPU)
+    except RuntimeError as e:
+        raise TypeError(f"pride.{what}: the group has no CPU backend ({e})") from None
+    if not _C.is_pride_backend(backend):
+        raise TypeError(
+            f"pride.{what}: the group's CPU backend is {backend.name()!r}, not 'pride'; create it with "
+            "backend='pride' (or 'cpu:pride,cuda:nccl')"
+        )
+    return backend
+
+
+def _not_a_member(group):
+    return group is not None and group == dist.GroupMember.NON_GROUP_MEMBER
+
+
+def sign_allreduce(t, mode="vote", group=None, async_op=False, votes="binary"):
+    """In place: every rank gets the element-wise majority vote ("vote") or mean ("mean") of the
+    ranks' signs of ``t``. Binary votes: x > 0 votes +1, anything else -1; ternary votes: ±0 and NaN
+    abstain. float32, bfloat16 or float16 CPU tensors. Returns a Work when ``async_op``.
+    """
+    if _not_a_member(group):
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"pride.sign_allreduce: expected a torch.Tensor, got {type(t).__name__}")
+    work = _C.sign_allreduce(_pride_backend(group, "sign_allreduce"), t, mode, votes)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def sign_allreduce_packed(bits, numel, mode="vote", group=None, async_op=False):
+    """Packed binary votes in (uint8, element j = bit j % 8 of byte j // 8, bit 1 = +1), the result
+    out: an int8 tensor of -1/0/+1 (vote) or float32 means (mean). With ``async_op`` returns the Work;
+    its ``result()[0]`` is the tensor once it completes.
+    """
+    if _not_a_member(group):
+        return None
+    if not isinstance(bits, torch.Tensor):
+        raise TypeError(f"pride.sign_allreduce_packed: expected a uint8 tensor, got {type(bits).__name__}")
+    work = _C.sign_allreduce_packed(_pride_backend(group, "sign_allreduce_packed"), bits, int(numel), mode)
+    if async_op:
+        return work
+    work.wait()
+    return work.result()[0]
+
+
+def stats(group=None):
+    """Traffic counters of the group's pride backend: collectives issued, bytes sent and received,
+    and the same per algorithm ("direct", "ring", "allreduce_ring", ...)."""
+    per_algorithm = _C.traffic(_pride_backend(group, "stats"))
+    return {
+        "collectives": sum(v["calls"] for k, v in per_algorithm.items() if k != "p2p"),
+        "bytes_sent": sum(v["bytes_sent"] for v in per_algorithm.values()),
+        "bytes_received": sum(v["bytes_received"] for v in per_algorithm.values()),
+        "per_algorithm": per_algorithm,
+    }
+
+
+def reset_stats(group=None):
+    """Zeroes the counters that stats() reports (takes effect before the next queued operation)."""
+    _C.reset_traffic(_pride_backend(group, "reset_stats"))

@@ -1,0 +1,201 @@
+"""Standard collectives on pride against the same collective on Gloo, in the same job.
+
+Inputs are integer-valued so that every reduction is exact in every dtype: pride and Gloo may
+reduce in different orders, and exact arithmetic makes their results comparable bit for bit. Where
+Gloo refuses a dtype or op, the result is checked against a plain oracle instead.
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from distributed_harness import init_group, run
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+          torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
+OPS = {
+    "sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
+    "bxor": dist.ReduceOp.BXOR, "avg": dist.ReduceOp.AVG,
+}
+
+
+def valid(op, dtype):
+    if op in ("band", "bor", "bxor"):
+        return not (dtype.is_floating_point or dtype.is_complex)
+    if op in ("min", "max"):
+        return not dtype.is_complex
+    if op == "avg":
+        return dtype.is_floating_point or dtype.is_complex
+    return True
+
+
+def make(rank, dtype, n, salt=0):
+    g = torch.Generator().manual_seed(1000 * rank + salt)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    low = 0 if dtype == torch.uint8 else -2
+    x = torch.randint(low, 3, (n,), generator=g)
+    if dtype.is_complex:
+        return torch.complex(x.double(), torch.randint(-2, 3, (n,), generator=g).double()).to(dtype)
+    return x.to(dtype)
+
+
+def oracle_reduce(tensors, op):
+    out = tensors[0].clone()
+    wide = [t.to(torch.complex128 if t.is_complex() else torch.float64) if t.dtype != torch.bool else t for t in tensors]
+    if op == "sum" or op == "avg":
+        acc = sum(wide[1:], wide[0].clone()) if tensors[0].dtype != torch.bool else torch.stack(tensors).any(0)
+        if op == "avg":
+            acc = acc / len(tensors)
+        return acc.to(out.dtype)
+    if op == "product":
+        if tensors[0].dtype == torch.bool:
+            return torch.stack(tensors).all(0)
+        acc = wide[0].clone()
+        for t in wide[1:]:
+            acc = acc * t
+        return acc.to(out.dtype)
+    if op == "min":
+        return torch.stack(tensors).min(0).values if tensors[0].dtype != torch.bool else torch.stack(tensors).all(0)
+    if op == "max":
+        return torch.stack(tensors).max(0).values if tensors[0].dtype != torch.bool else torch.stack(tensors).any(0)
+    fn = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}[op]
+    acc = tensors[0].clone()
+    for t in tensors[1:]:
+        acc = fn(acc, t)
+    return acc
+
+
+def gloo_or_oracle(fn_gloo, oracle):
+    """Runs the collective on Gloo; if Gloo refuses it, returns the oracle instead."""
+    try:
+        return fn_gloo(), "gloo"
+    except (RuntimeError, ValueError, TypeError):
+        return oracle(), "oracle"
+
+
+def same(a, b, what):
+    assert a.dtype == b.dtype, what
+    if a.is_floating_point() or a.is_complex():
+        assert torch.equal(a, b) or torch.allclose(a, b, rtol=1e-3, atol=1e-3, equal_nan=True), f"{what}: {a} vs {b}"
+    else:
+        assert torch.equal(a, b), f"{what}: {a} vs {b}"
+
+
+def _allreduce_all(rank, world, store_path):
+    init_group(rank, world, store_path)
+    gloo = dist.new_group(backend="gloo")
+    for dtype in DTYPES:
+        for name, op in OPS.items():
+            if not valid(name, dtype):
+                continue
+            for n in (1, 65, 1000, 70001):
+                x = make(rank, dtype, n, salt=n)
+                mine = x.clone()
+                dist.all_reduce(mine, op=op)
+                ref = x.clone()
+                result, source = gloo_or_oracle(
+                    lambda: (dist.all_reduce(ref, op=op, group=gloo), ref)[1],
+                    lambda: oracle_reduce([make(r, dtype, n, salt=n) for r in range(world)], name))
+                same(mine, result, f"allreduce {dtype} {name} n={n} vs {source}")
+    # An op that is not defined for the dtype fails on the caller, before anything is sent.
+    with pytest.raises(ValueError):
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world)))
+    dist.destroy_process_group()
+
+
+def _other_collectives(rank, world, store_path):
+    init_group(rank, world, store_path)
+    gloo = dist.new_group(backend="gloo")
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.uint8, torch.bool,
+                  torch.complex64):
+        x = make(rank, dtype, 37)
+        everyone = [make(r, dtype, 37) for r in range(world)]
+        # broadcast from each root
+        for root in range(world):
+            t = x.clone()
+            dist.broadcast(t, src=root)
+            assert torch.equal(t, everyone[root]), f"broadcast {dtype} root {root}"
+        # reduce (sum) to root
+        if dtype != torch.bool:
+            for root in range(world):
+                t = x.clone()
+                dist.reduce(t, dst=root)
+                if rank == root:
+                    same(t, oracle_reduce(everyone, "sum"), f"reduce {dtype}")
+                else:
+                    assert torch.equal(t, x), "reduce must leave non-root buffers intact"
+        # all_gather (list) and all_gather_into_tensor
+        outs = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(outs, x)
+        for r in range(world):
+            assert torch.equal(outs[r], everyone[r]), f"all_gather {dtype}"
+        ref = [torch.empty_like(x) for _ in range(world)]
+        try:
+            dist.all_gather(ref, x, group=gloo)
+        except RuntimeError:  # Gloo lacks some dtypes; the oracle above covers them
+            ref = None
+        if ref is not None:
+            assert all(torch.equal(outs[r], ref[r]) for r in range(world)), f"all_gather {dtype} vs gloo"
+        flat = torch.empty(world * 37, dtype=dtype)
+        dist.all_gather_into_tensor(flat, x)
+        assert torch.equal(flat, torch.cat(everyone)), f"all_gather_into_tensor {dtype}"
+        # gather / scatter
+        for root in range(world):
+            g = [torch.empty_like(x) for _ in range(world)] if rank == root else None
+            dist.gather(x, gather_list=g, dst=root)
+            if rank == root:
+                assert all(torch.equal(g[r], everyone[r]) for r in range(world)), f"gather {dtype}"
+            out = torch.empty_like(x)
+            dist.scatter(out, scatter_list=[everyone[r] for r in range(world)] if rank == root else None, src=root)
+            assert torch.equal(out, everyone[rank]), f"scatter {dtype}"
+        # reduce_scatter (list and tensor)
+        if dtype != torch.bool:
+            pieces = [make(rank, dtype, 11, salt=s) for s in range(world)]
+            out = torch.empty(11, dtype=dtype)
+            dist.reduce_scatter(out, pieces)
+            want = oracle_reduce([make(r, dtype, 11, salt=rank) for r in range(world)], "sum")
+            same(out, want, f"reduce_scatter {dtype}")
+            out2 = torch.empty(11, dtype=dtype)
+            dist.reduce_scatter_tensor(out2, torch.cat(pieces))
+            same(out2, want, f"reduce_scatter_tensor {dtype}")
+        # all_to_all (list) and all_to_all_single (equal and unequal splits)
+        send = [torch.full((r + 1,), rank * 10 + r).to(dtype) for r in range(world)]
+        recv = [torch.empty(rank + 1, dtype=dtype) for _ in range(world)]
+        dist.all_to_all(recv, send)
+        for r in range(world):
+            assert torch.equal(recv[r], torch.full((rank + 1,), r * 10 + rank).to(dtype)), f"all_to_all {dtype}"
+        inp = torch.arange(world * 2).to(dtype)
+        out = torch.empty(world * 2, dtype=dtype)
+        dist.all_to_all_single(out, inp)
+        in_splits = [r + 1 for r in range(world)]
+        out_splits = [rank + 1] * world
+        inp = torch.cat([torch.full((r + 1,), rank).to(dtype) for r in range(world)])
+        out = torch.empty(sum(out_splits), dtype=dtype)
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+        assert torch.equal(out, torch.cat([torch.full((rank + 1,), r).to(dtype) for r in range(world)]))
+    # coalesced variants
+    ts = [make(rank, torch.float32, n) for n in (3, 5, 7)]
+    dist.all_reduce_coalesced(ts)
+    for i, n in enumerate((3, 5, 7)):
+        assert torch.equal(ts[i], oracle_reduce([make(r, torch.float32, n) for r in range(world)], "sum"))
+    # non-contiguous tensors are staged and written back
+    m = torch.arange(12.0).reshape(3, 4).t()
+    dist.all_reduce(m)
+    assert torch.equal(m, torch.arange(12.0).reshape(3, 4).t() * world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_allreduce_every_dtype_and_op_matches_gloo(world):
+    run(_allreduce_all, world, deadline_s=300)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_other_collectives(world):
+    run(_other_collectives, world, deadline_s=300)

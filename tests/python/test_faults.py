@@ -1,0 +1,71 @@
+"""Robustness (SPEC §6): dead peers, silent peers and mismatched calls end in errors, never hangs."""
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from distributed_harness import init_group, run
+
+
+def _killed_peer(rank, world, store_path):
+    import pride
+
+    init_group(rank, world, store_path, timeout_s=10)
+    x = torch.randn(1 << 20)
+    pride.sign_allreduce(x)  # everyone is up
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(Exception) as err:
+        for _ in range(1000):
+            pride.sign_allreduce(x)
+            dist.all_reduce(x)
+    elapsed = time.monotonic() - start
+    message = str(err.value)
+    assert "pride" in message and ("peer" in message or "timed out" in message), message
+    assert elapsed < 30, f"took {elapsed:.1f} s to notice"
+
+
+def test_killed_rank_raises_on_survivors():
+    outcome = run(_killed_peer, 3, expect_failures=True, deadline_s=90)
+    assert outcome[0] is None and outcome[2] is None, outcome
+    assert outcome[1] is not None  # the killed one
+
+
+def _silent_peer(rank, world, store_path):
+    init_group(rank, world, store_path, timeout_s=3)
+    if rank == 1:
+        time.sleep(8)  # never joins the collective in time
+        return
+    with pytest.raises(Exception, match=r"(timed out|gave up).*peer|peer.*(timed out|gave up)") as err:
+        dist.all_reduce(torch.ones(10))
+    assert "allreduce" in str(err.value)
+
+
+def test_silent_rank_times_out_naming_the_peer():
+    run(_silent_peer, 2, deadline_s=60)
+
+
+def _mismatch(rank, world, store_path, what):
+    import pride
+
+    init_group(rank, world, store_path, timeout_s=20)
+    with pytest.raises(Exception, match="ranks disagree|different arguments"):
+        if what == "numel":
+            dist.all_reduce(torch.ones(100 + (rank == 1)))
+        else:
+            pride.sign_allreduce(torch.ones(100), mode="mean" if rank == 1 else "vote")
+    # every rank raised; the group is still consistent and usable
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(world)))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("what", ["numel", "mode"])
+def test_mismatched_calls_fail_on_every_rank(what):
+    run(_mismatch, 3, what, deadline_s=60)

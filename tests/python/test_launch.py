@@ -1,0 +1,52 @@
+"""Launching: torchrun (env://) runs the example with no wrapper; file:// init works too."""
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from distributed_harness import run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_torchrun_runs_the_example():
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", os.path.join(ROOT, "examples", "quickstart.py")],
+        capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "sign_allreduce" in out.stdout and "bytes_sent" in out.stdout, out.stdout
+
+
+def _file_init(rank, world, store_path):
+    import pride  # noqa: F401
+
+    dist.init_process_group("pride", init_method=f"file://{store_path}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=30))
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == world * (world + 1) / 2
+    dist.destroy_process_group()
+
+
+def test_file_init_method():
+    run(_file_init, 2)
+
+
+def _mixed_backend_string(rank, world, store_path):
+    import pride
+
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group("cpu:pride,cuda:nccl", store=store, rank=rank, world_size=world)
+    t = torch.tensor([1.0 if rank == 0 else -1.0, 1.0])
+    pride.sign_allreduce(t, mode="mean")
+    assert t.tolist() == [0.0, 1.0]
+    dist.destroy_process_group()
+
+
+def test_cpu_pride_cuda_nccl_string():
+    run(_mixed_backend_string, 2)

@@ -1,0 +1,85 @@
+"""Point-to-point with tags, async operations in flight, subgroups, and the Horovod-style helpers."""
+
+import torch
+import torch.distributed as dist
+
+from distributed_harness import init_group, run
+
+
+def _p2p(rank, world, store_path):
+    init_group(rank, world, store_path)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    # blocking send/recv with tags, in an order that would deadlock if irecv blocked the worker
+    a = torch.full((5,), float(rank))
+    b = torch.empty(5)
+    req = dist.irecv(b, src=left, tag=7)
+    dist.send(a, dst=right, tag=7)
+    req.wait()
+    assert torch.equal(b, torch.full((5,), float(left)))
+    # tags keep messages apart even when posted out of order
+    x1, x2 = torch.empty(3), torch.empty(3)
+    r2 = dist.irecv(x2, src=left, tag=2)
+    r1 = dist.irecv(x1, src=left, tag=1)
+    s1 = dist.isend(torch.full((3,), 1.0 + rank), dst=right, tag=1)
+    s2 = dist.isend(torch.full((3,), 100.0 + rank), dst=right, tag=2)
+    for w in (r1, r2, s1, s2):
+        w.wait()
+    assert torch.equal(x1, torch.full((3,), 1.0 + left)) and torch.equal(x2, torch.full((3,), 100.0 + left))
+    # batch_isend_irecv
+    recv = torch.empty(4, dtype=torch.int64)
+    ops = [dist.P2POp(dist.isend, torch.arange(4) + 10 * rank, right), dist.P2POp(dist.irecv, recv, left)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert torch.equal(recv, torch.arange(4) + 10 * left)
+    # recv from any source reports the sender
+    if rank == 0 and world > 1:
+        got = torch.empty(1)
+        sender = dist.recv(got)
+        assert sender == int(got.item())
+    elif rank == 1:
+        dist.send(torch.tensor([1.0]), dst=0)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_point_to_point():
+    run(_p2p, 3)
+
+
+def _async_and_subgroups(rank, world, store_path):
+    import pride
+
+    init_group(rank, world, store_path)
+    # many collectives in flight at once complete in order with the right values
+    ts = [torch.full((1000 + i,), float(rank + i)) for i in range(8)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    futs = [w.get_future() for w in works]
+    for i, (w, f) in enumerate(zip(works, futs)):
+        w.wait()
+        assert torch.equal(f.value()[0], ts[i])
+        assert torch.equal(ts[i], torch.full((1000 + i,), float(sum(r + i for r in range(world)))))
+    # subgroups: evens and odds, each with its own pride backend
+    evens = dist.new_group(ranks=[r for r in range(world) if r % 2 == 0], backend="pride")
+    odds = dist.new_group(ranks=[r for r in range(world) if r % 2 == 1], backend="pride")
+    mine = evens if rank % 2 == 0 else odds
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t, group=mine)
+    assert t.item() == sum(r for r in range(world) if r % 2 == rank % 2)
+    s = torch.tensor([1.0 if rank % 2 == 0 else -1.0])
+    pride.sign_allreduce(s, group=mine, mode="mean")
+    assert s.item() == (1.0 if rank % 2 == 0 else -1.0)
+    # Horovod-style helpers
+    assert pride.rank() == rank and pride.size() == world
+    assert pride.local_size() == world and pride.local_rank() == rank
+    model = torch.nn.Linear(4, 2)
+    torch.nn.init.constant_(model.weight, float(rank))
+    pride.broadcast_parameters(model.state_dict(), root_rank=1)
+    assert torch.all(model.weight == 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (rank + 1))
+    pride.broadcast_optimizer_state(opt, root_rank=0)
+    assert abs(opt.param_groups[0]["lr"] - 0.1) < 1e-12
+    dist.destroy_process_group()
+
+
+def test_async_subgroups_and_horovod_helpers():
+    run(_async_and_subgroups, 4)

@@ -1,0 +1,120 @@
+"""pride.sign_allreduce on real process groups against the int32 oracle (SPEC §2)."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from distributed_harness import init_group, run
+
+
+def make(rank, dtype, n, salt=0):
+    g = torch.Generator().manual_seed(7919 * rank + salt)
+    x = torch.randn(n, generator=g)
+    specials = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf")])
+    idx = torch.randint(0, n, (max(1, n // 10),), generator=g)
+    x[idx] = specials[torch.randint(0, 5, idx.shape, generator=g)]
+    return x.to(dtype)
+
+
+def votes(x, kind):
+    pos = (x > 0).to(torch.int32)
+    if kind == "binary":
+        return 2 * pos - 1
+    return pos - (x < 0).to(torch.int32)  # ±0 and NaN abstain
+
+
+def expected(world, dtype, n, mode, kind, salt):
+    s = sum(votes(make(r, dtype, n, salt), kind) for r in range(world))
+    if mode == "vote":
+        return torch.sign(s).to(dtype)
+    return (s.to(torch.float32) / torch.tensor(world, dtype=torch.float32)).to(dtype)
+
+
+def _sign_job(rank, world, store_path):
+    import pride
+
+    init_group(rank, world, store_path)
+    salt = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for mode in ("vote", "mean"):
+            for kind in ("binary", "ternary"):
+                for n in (0, 1, 63, 64, 65, 1000, 100003):
+                    salt += 1
+                    x = make(rank, dtype, n, salt)
+                    pride.sign_allreduce(x, mode=mode, votes=kind)
+                    want = expected(world, dtype, n, mode, kind, salt)
+                    assert torch.equal(x.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                                       want.view(torch.int16 if dtype != torch.float32 else torch.int32)), \
+                        f"{dtype} {mode} {kind} n={n}"
+    # several in flight, completed in issue order
+    xs = [make(rank, torch.float32, 5000 + i, 900 + i) for i in range(6)]
+    works = [pride.sign_allreduce(x, async_op=True) for x in xs]
+    for i, w in enumerate(works):
+        w.wait()
+        assert torch.equal(xs[i], expected(world, torch.float32, 5000 + i, "vote", "binary", 900 + i))
+    # packed API
+    n = 77
+    x = make(rank, torch.float32, n, 4242)
+    bits = torch.from_numpy(__import__("numpy").packbits((x > 0).numpy(), bitorder="little"))
+    out = pride.sign_allreduce_packed(bits, n, mode="vote")
+    assert out.dtype == torch.int8
+    assert torch.equal(out, expected(world, torch.float32, n, "vote", "binary", 4242).to(torch.int8))
+    mean = pride.sign_allreduce_packed(bits, n, mode="mean")
+    assert torch.equal(mean, expected(world, torch.float32, n, "mean", "binary", 4242))
+    # stats count the sign-allreduce traffic
+    s = pride.stats()
+    assert s["collectives"] > 0 and s["bytes_sent"] > 0 and s["bytes_received"] > 0
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_sign_allreduce_matches_oracle(world):
+    run(_sign_job, world, deadline_s=300)
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree", "direct", "allgather"])
+def test_every_algorithm_through_pride_algo(algo):
+    run(_sign_job, 3, env={"PRIDE_ALGO": algo}, deadline_s=300)
+
+
+def _bad_input(rank, world, store_path):
+    import pride
+
+    init_group(rank, world, store_path)
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        pride.sign_allreduce(torch.ones(4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="mode"):
+        pride.sign_allreduce(torch.ones(4), mode="median")
+    with pytest.raises(ValueError, match="CPU tensor"):
+        pride.sign_allreduce(torch.ones(4, device="meta"))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        pride.sign_allreduce([1.0, 2.0])
+    with pytest.raises(ValueError, match="packed bytes"):
+        pride.sign_allreduce_packed(torch.zeros(3, dtype=torch.uint8), 100)
+    with pytest.raises(ValueError, match="group has"):
+        dist.all_gather([torch.ones(2)], torch.ones(2))  # list length != world size
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CPU tensor"):
+            pride.sign_allreduce(torch.ones(4, device="cuda"))
+    gloo = dist.new_group(backend="gloo")
+    with pytest.raises(TypeError, match="not 'pride'"):
+        pride.sign_allreduce(torch.ones(4), group=gloo)
+    # the group is still usable after every refused call
+    x = torch.full((10,), float(rank) - 0.5)
+    pride.sign_allreduce(x, mode="mean")
+    want = sum(1 if r - 0.5 > 0 else -1 for r in range(world)) / world
+    assert torch.allclose(x, torch.full((10,), want))
+    dist.destroy_process_group()
+
+
+def test_bad_input_raises_and_group_survives():
+    run(_bad_input, 2)
+
+
+def test_sign_allreduce_needs_an_initialized_group():
+    import pride
+
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        pride.sign_allreduce(torch.ones(3))

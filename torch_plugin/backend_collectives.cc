@@ -1,0 +1,358 @@
+// PrideBackend's standard collectives: argument checks in torch's terms on the caller's thread, then
+// the engine's collective on the worker. Non-contiguous tensors are staged through contiguous copies.
+#include <c10/util/Exception.h>
+
+#include <numeric>
+
+#include "torch_plugin/pride_backend.h"
+#include "torch_plugin/tensor_types.h"
+
+namespace pride::torch_plugin {
+namespace {
+
+using c10::intrusive_ptr;
+using c10d::Work;
+
+// A contiguous view of `t` to hand to the engine, written back to `t` by commit() when it is a copy.
+struct Staged {
+  at::Tensor target;
+  at::Tensor buffer;
+  explicit Staged(const at::Tensor& t) : target(t), buffer(t.is_contiguous() ? t : t.contiguous()) {}
+  void* data() const { return buffer.data_ptr(); }
+  void commit() const {
+    if (!buffer.is_same(target)) const_cast<at::Tensor&>(target).copy_(buffer);
+  }
+};
+
+// Concatenates tensors (any shapes, one dtype) into one flat contiguous buffer.
+at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// Copies consecutive pieces of `flat` back into `tensors`.
+void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
+  int64_t offset = 0;
+  for (auto& t : tensors) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
+intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  check_single_tensor(tensors, "allreduce");
+  at::Tensor t = tensors[0];
+  const ScalarType type = to_scalar_type(t.scalar_type(), "allreduce");
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "allreduce");
+  return enqueue(c10d::OpType::ALLREDUCE, "pride:allreduce", tensors, [t, type, op](Communicator& comm, PrideWork&) {
+    Staged s(t);
+    pride::allreduce(comm, s.data(), size_t(t.numel()), type, op);
+    s.commit();
+    return true;
+  });
+}
+
+intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                      const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "pride allreduce_coalesced: no tensors");
+  check_cpu_tensor(tensors[0], "allreduce_coalesced");
+  for (const auto& t : tensors) {
+    check_cpu_tensor(t, "allreduce_coalesced");
+    TORCH_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(),
+                     "pride allreduce_coalesced: tensors must share one dtype, got ", tensors[0].scalar_type(),
+                     " and ", t.scalar_type());
+  }
+  const ScalarType type = to_scalar_type(tensors[0].scalar_type(), "allreduce_coalesced");
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "allreduce_coalesced");
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "pride:allreduce_coalesced", tensors,
+                 [tensors, type, op](Communicator& comm, PrideWork&) mutable {
+                   at::Tensor flat = flatten(tensors);  // one collective for the whole bucket
+                   pride::allreduce(comm, flat.data_ptr(), size_t(flat.numel()), type, op);
+                   unflatten_into(flat, tensors);
+                   return true;
+                 });
+}
+
+intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  check_single_tensor(tensors, "broadcast");
+  check_root(int(opts.rootRank), getSize(), "broadcast");
+  to_scalar_type(tensors[0].scalar_type(), "broadcast");
+  at::Tensor t = tensors[0];
+  const int root = int(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, "pride:broadcast", tensors, [t, root](Communicator& comm, PrideWork&) {
+    Staged s(t);
+    pride::broadcast(comm, s.data(), nbytes(t), root);
+    s.commit();
+    return true;
+  });
+}
+
+intrusive_ptr<Work> PrideBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  check_single_tensor(tensors, "reduce");
+  check_root(int(opts.rootRank), getSize(), "reduce");
+  at::Tensor t = tensors[0];
+  const ScalarType type = to_scalar_type(t.scalar_type(), "reduce");
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce");
+  const int root = int(opts.rootRank);
+  return enqueue(c10d::OpType::REDUCE, "pride:reduce", tensors, [t, type, op, root](Communicator& comm, PrideWork&) {
+    // The engine may use non-root buffers as scratch; torch leaves them unspecified too, but keep
+    // the caller's data intact off-root the way Gloo does.
+    at::Tensor buf = comm.rank() == root ? Staged(t).buffer : t.contiguous().clone();
+    pride::reduce(comm, buf.data_ptr(), size_t(t.numel()), type, op, root);
+    if (comm.rank() == root && !buf.is_same(t)) const_cast<at::Tensor&>(t).copy_(buf);
+    return true;
+  });
+}
+
+intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                            std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  check_single_tensor(inputs, "allgather");
+  TORCH_CHECK_VALUE(outputs.size() == 1, "pride allgather: expected one output list, got ", outputs.size());
+  TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(), "pride allgather: output list has ", outputs[0].size(),
+                    " tensors, the group has ", getSize(), " ranks");
+  check_same_type_and_size(inputs[0], outputs[0], "allgather", "output");
+  to_scalar_type(inputs[0].scalar_type(), "allgather");
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs = outputs[0];
+  return enqueue(c10d::OpType::ALLGATHER, "pride:allgather", outs, [in, outs](Communicator& comm, PrideWork&) mutable {
+    at::Tensor src = in.contiguous();
+    at::Tensor flat = at::empty({int64_t(outs.size()) * in.numel()}, in.options());
+    pride::allgather(comm, src.data_ptr(), nbytes(src), flat.data_ptr());
+    unflatten_into(flat, outs);
+    return true;
+  });
+}
+
+intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                  const c10d::AllgatherOptions&) {
+  check_cpu_tensor(input, "all_gather_into_tensor");
+  check_cpu_tensor(output, "all_gather_into_tensor");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride all_gather_into_tensor: output dtype ",
+                   output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "pride all_gather_into_tensor: output has ",
+                    output.numel(), " elements, expected ", input.numel() * getSize());
+  to_scalar_type(input.scalar_type(), "all_gather_into_tensor");
+  at::Tensor in = input, out = output;
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "pride:all_gather_into_tensor", {out},
+                 [in, out](Communicator& comm, PrideWork&) {
+                   at::Tensor src = in.contiguous();
+                   Staged dst(out);
+                   pride::allgather(comm, src.data_ptr(), nbytes(src), dst.data());
+                   dst.commit();
+                   return true;
+                 });
+}
+
+intrusive_ptr<Work> PrideBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "pride allgather_coalesced: ", outputs.size(),
+                    " output lists for ", inputs.size(), " inputs");
+  std::vector<c10::intrusive_ptr<Work>> works;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> out{outputs[i]};
+    std::vector<at::Tensor> in{inputs[i]};
+    works.push_back(allgather(out, in, opts));
+  }
+  return works.empty() ? barrier({}) : works.back();  // the queue is ordered: the last one completes last
+}
+
+intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                  std::vector<at::Tensor>& inputs,
+                                                                  const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "pride allgather_into_tensor_coalesced: ", outputs.size(),
+                    " outputs for ", inputs.size(), " inputs");
+  intrusive_ptr<Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
+  return last ? last : barrier({});
+}
+
+intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                         const c10d::GatherOptions& opts) {
+  check_single_tensor(inputs, "gather");
+  const int root = int(opts.rootRank);
+  check_root(root, getSize(), "gather");
+  to_scalar_type(inputs[0].scalar_type(), "gather");
+  std::vector<at::Tensor> outs;
+  if (getRank() == root) {
+    TORCH_CHECK_VALUE(outputs.size() == 1 && int(outputs[0].size()) == getSize(),
+                      "pride gather: the root needs one output list of ", getSize(), " tensors");
+    check_same_type_and_size(inputs[0], outputs[0], "gather", "output");
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                      "pride gather: only the root rank takes output tensors");
+  }
+  at::Tensor in = inputs[0];
+  return enqueue(c10d::OpType::GATHER, "pride:gather", outs, [in, outs, root](Communicator& comm, PrideWork&) mutable {
+    at::Tensor src = in.contiguous();
+    at::Tensor flat = comm.rank() == root ? at::empty({int64_t(comm.size()) * in.numel()}, in.options()) : at::Tensor();
+    pride::gather(comm, src.data_ptr(), nbytes(src), flat.defined() ? flat.data_ptr() : nullptr, root);
+    if (flat.defined()) unflatten_into(flat, outs);
+    return true;
+  });
+}
+
+intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                          const c10d::ScatterOptions& opts) {
+  check_single_tensor(outputs, "scatter");
+  const int root = int(opts.rootRank);
+  check_root(root, getSize(), "scatter");
+  to_scalar_type(outputs[0].scalar_type(), "scatter");
+  std::vector<at::Tensor> ins;
+  if (getRank() == root) {
+    TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
+                      "pride scatter: the root needs one input list of ", getSize(), " tensors");
+    check_same_type_and_size(outputs[0], inputs[0], "scatter", "input");
+    ins = inputs[0];
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                      "pride scatter: only the root rank takes input tensors");
+  }
+  at::Tensor out = outputs[0];
+  return enqueue(c10d::OpType::SCATTER, "pride:scatter", outputs, [out, ins, root](Communicator& comm, PrideWork&) {
+    at::Tensor flat = comm.rank() == root ? flatten(ins) : at::Tensor();
+    Staged dst(out);
+    pride::scatter(comm, flat.defined() ? flat.data_ptr() : nullptr, dst.data(), nbytes(out), root);
+    dst.commit();
+    return true;
+  });
+}
+
+intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                 std::vector<std::vector<at::Tensor>>& inputs,
+                                                 const c10d::ReduceScatterOptions& opts) {
+  check_single_tensor(outputs, "reduce_scatter");
+  TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
+                    "pride reduce_scatter: expected one input list of ", getSize(), " tensors");
+  check_same_type_and_size(outputs[0], inputs[0], "reduce_scatter", "input");
+  const ScalarType type = to_scalar_type(outputs[0].scalar_type(), "reduce_scatter");
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter");
+  at::Tensor out = outputs[0];
+  std::vector<at::Tensor> ins = inputs[0];
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", outputs,
+                 [out, ins, type, op](Communicator& comm, PrideWork&) {
+                   at::Tensor flat = flatten(ins);
+                   Staged dst(out);
+                   std::vector<size_t> counts(size_t(comm.size()), size_t(out.numel()));
+                   pride::reduce_scatter(comm, flat.data_ptr(), dst.data(), counts, type, op);
+                   dst.commit();
+                   return true;
+                 });
+}
+
+intrusive_ptr<Work> PrideBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  check_cpu_tensor(input, "reduce_scatter_tensor");
+  check_cpu_tensor(output, "reduce_scatter_tensor");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride reduce_scatter_tensor: output dtype ",
+                   output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(), "pride reduce_scatter_tensor: input has ",
+                    input.numel(), " elements, expected ", output.numel() * getSize());
+  const ScalarType type = to_scalar_type(input.scalar_type(), "reduce_scatter_tensor");
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter_tensor");
+  at::Tensor in = input, out = output;
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "pride:reduce_scatter_tensor", {out},
+                 [in, out, type, op](Communicator& comm, PrideWork&) {
+                   at::Tensor src = in.contiguous();
+                   Staged dst(out);
+                   std::vector<size_t> counts(size_t(comm.size()), size_t(out.numel()));
+                   pride::reduce_scatter(comm, src.data_ptr(), dst.data(), counts, type, op);
+                   dst.commit();
+                   return true;
+                 });
+}
+
+intrusive_ptr<Work> PrideBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                  std::vector<at::Tensor>& inputs,
+                                                                  const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "pride reduce_scatter_tensor_coalesced: ", outputs.size(),
+                    " outputs for ", inputs.size(), " inputs");
+  intrusive_ptr<Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+  return last ? last : barrier({});
+}
+
+intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                                                const c10d::AllToAllOptions&) {
+  check_cpu_tensor(input, "all_to_all_single");
+  check_cpu_tensor(output, "all_to_all_single");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride all_to_all_single: output dtype ",
+                   output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  to_scalar_type(input.scalar_type(), "all_to_all_single");
+  const int n = getSize();
+  // Splits count rows of dim 0; empty splits mean equal parts (torch's rule).
+  auto to_bytes = [n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const size_t row_bytes = rows == 0 ? 0 : nbytes(t) / size_t(rows);
+    std::vector<size_t> bytes(static_cast<size_t>(n));
+    if (splits.empty()) {
+      TORCH_CHECK_VALUE(rows % n == 0, "pride all_to_all_single: ", which, " dim 0 (", rows,
+                        ") is not divisible by the group size ", n);
+      std::fill(bytes.begin(), bytes.end(), size_t(rows / n) * row_bytes);
+    } else {
+      TORCH_CHECK_VALUE(int(splits.size()) == n, "pride all_to_all_single: ", which, " splits has ", splits.size(),
+                        " entries, the group has ", n, " ranks");
+      int64_t total = 0;
+      for (size_t i = 0; i < splits.size(); ++i) {
+        TORCH_CHECK_VALUE(splits[i] >= 0, "pride all_to_all_single: negative split");
+        bytes[i] = size_t(splits[i]) * row_bytes;
+        total += splits[i];
+      }
+      TORCH_CHECK_VALUE(total == rows, "pride all_to_all_single: ", which, " splits sum to ", total, ", dim 0 is ", rows);
+    }
+    return bytes;
+  };
+  std::vector<size_t> send_bytes = to_bytes(input, input_splits, "input");
+  std::vector<size_t> recv_bytes = to_bytes(output, output_splits, "output");
+  at::Tensor in = input, out = output;
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "pride:all_to_all_single", {out},
+                 [in, out, send_bytes, recv_bytes](Communicator& comm, PrideWork&) {
+                   at::Tensor src = in.contiguous();
+                   Staged dst(out);
+                   pride::alltoallv(comm, src.data_ptr(), send_bytes, dst.data(), recv_bytes);
+                   dst.commit();
+                   return true;
+                 });
+}
+
+intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllToAllOptions&) {
+  const int n = getSize();
+  TORCH_CHECK_VALUE(int(outputs.size()) == n && int(inputs.size()) == n, "pride all_to_all: expected ", n,
+                    " input and output tensors, got ", inputs.size(), " and ", outputs.size());
+  for (const auto& t : inputs) check_cpu_tensor(t, "all_to_all");
+  for (const auto& t : outputs) check_cpu_tensor(t, "all_to_all");
+  const auto dtype = inputs[0].scalar_type();
+  to_scalar_type(dtype, "all_to_all");
+  std::vector<size_t> send_bytes, recv_bytes;
+  for (int r = 0; r < n; ++r) {
+    TORCH_CHECK_TYPE(inputs[size_t(r)].scalar_type() == dtype && outputs[size_t(r)].scalar_type() == dtype,
+                     "pride all_to_all: all tensors must have dtype ", dtype);
+    send_bytes.push_back(nbytes(inputs[size_t(r)]));
+    recv_bytes.push_back(nbytes(outputs[size_t(r)]));
+  }
+  return enqueue(c10d::OpType::ALLTOALL, "pride:all_to_all", outputs,
+                 [inputs, outputs, send_bytes, recv_bytes](Communicator& comm, PrideWork&) mutable {
+                   at::Tensor src = flatten(inputs);
+                   const size_t total = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t(0));
+                   at::Tensor dst = at::empty({int64_t(total / outputs[0].element_size())}, outputs[0].options());
+                   pride::alltoallv(comm, src.data_ptr(), send_bytes, dst.data_ptr(), recv_bytes);
+                   unflatten_into(dst, outputs);
+                   return true;
+                 });
+}
+
+intrusive_ptr<Work> PrideBackend::barrier(const c10d::BarrierOptions&) {
+  return enqueue(c10d::OpType::BARRIER, "pride:barrier", {}, [](Communicator& comm, PrideWork&) {
+    pride::barrier(comm);
+    return true;
+  });
+}
+
+}  // namespace pride::torch_plugin

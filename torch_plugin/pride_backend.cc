@@ -1,0 +1,254 @@
+#include "torch_plugin/pride_backend.h"
+
+#include <c10/util/Exception.h>
+
+#include <sched.h>
+
+#include "backend/common/error.h"
+#include "backend/store/c10d_store.h"
+#include "torch_plugin/tensor_types.h"
+
+namespace pride::torch_plugin {
+namespace {
+
+// Engine errors become the c10 errors torch maps to Python: bad input → ValueError, everything that
+// involves peers (failure, timeout, mismatch) → torch.distributed.DistBackendError.
+std::exception_ptr to_torch_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error&) {
+    return std::current_exception();
+  } catch (const InvalidArgument& e) {
+    try {
+      C10_THROW_ERROR(ValueError, e.what());
+    } catch (...) {
+      return std::current_exception();
+    }
+  } catch (const std::exception& e) {
+    try {
+      C10_THROW_ERROR(DistBackendError, e.what());
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  return error;
+}
+
+}  // namespace
+
+// A point-to-point operation the worker posted and now watches.
+struct PrideBackend::InFlight {
+  c10::intrusive_ptr<PrideWork> work;
+  at::Tensor staging;  // contiguous buffer the transport reads or writes
+  at::Tensor target;   // the caller's tensor, when staging is a copy of it (recv copies back)
+  RequestPtr request;
+  Clock::time_point deadline;
+  std::string what;
+};
+
+PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                           std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size) {
+  Communicator::Options options;
+  options.timeout = timeout;
+  comm_ = std::make_unique<Communicator>(wrap_c10d_store(store), rank, size, options);
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+PrideBackend::~PrideBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const char* name,
+                                                     std::vector<at::Tensor> outputs, Task task) {
+  auto work = c10::make_intrusive<PrideWork>(getRank(), type, name, std::move(outputs));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopping_, "pride: the backend is shutting down");
+    queue_.push_back({work, std::move(task)});
+    ++issued_;
+  }
+  wake_.notify_one();
+  return work;
+}
+
+void PrideBackend::worker_loop() {
+  uint64_t idle_rounds = 0;
+  for (;;) {
+    Queued next;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (queue_.empty()) {
+        if (in_flight_.empty()) {
+          wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        } else if (idle_rounds > 4096) {  // p2p in flight but nothing moving: nap briefly
+          wake_.wait_for(lock, std::chrono::microseconds(50));
+        }
+      }
+      if (queue_.empty() && stopping_ && in_flight_.empty()) return;
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (reset_traffic_requested_) {
+        comm_->reset_traffic();
+        reset_traffic_requested_ = false;
+      }
+    }
+    if (next.work) {
+      idle_rounds = 0;
+      std::exception_ptr error;
+      bool done = true;
+      try {
+        done = next.task(*comm_, *next.work);
+      } catch (...) {
+        error = to_torch_error(std::current_exception());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        traffic_snapshot_ = comm_->traffic();
+      }
+      if (error || done) next.work->complete(error);
+    } else if (!in_flight_.empty()) {
+      idle_rounds = comm_->transport().progress() ? 0 : idle_rounds + 1;
+      if (idle_rounds > 256) sched_yield();
+    }
+    poll_in_flight();
+  }
+}
+
+void PrideBackend::poll_in_flight() {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < in_flight_.size();) {
+    InFlight& op = *in_flight_[i];
+    std::exception_ptr error;
+    if (op.request->pending()) {
+      if (now < op.deadline) {
+        ++i;
+        continue;
+      }
+      error = to_torch_error(std::make_exception_ptr(TimeoutError(fmt::format(
+          "pride rank {}/{}: {} timed out after {} ms", getRank(), getSize(), op.what, comm_->timeout().count()))));
+    } else if (op.request->state() == Request::State::kFailed) {
+      std::string failure = comm_->transport().peer_failure(op.request->peer());
+      error = to_torch_error(std::make_exception_ptr(PeerError(fmt::format(
+          "pride rank {}/{}: {} failed: {}", getRank(), getSize(), op.what,
+          failure.empty() ? op.request->error() : "peer failed (" + failure + ")"))));
+    } else if (!op.request->is_send()) {
+      if (op.request->bytes() != nbytes(op.staging)) {
+        error = to_torch_error(std::make_exception_ptr(MismatchError(fmt::format(
+            "pride rank {}/{}: {} received {} bytes, expected {}", getRank(), getSize(), op.what,
+            op.request->bytes(), nbytes(op.staging)))));
+      } else if (op.target.defined()) {
+        op.target.copy_(op.staging);
+      }
+      op.work->set_source_rank(op.request->peer());
+    }
+    op.work->complete(error);
+    in_flight_.erase(in_flight_.begin() + std::ptrdiff_t(i));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const char* name, at::Tensor tensor,
+                                                      int peer, int tag) {
+  TORCH_CHECK_VALUE(tag >= 0, "pride ", name, ": tag must be non-negative, got ", tag);
+  const bool is_send = type == c10d::OpType::SEND;
+  auto op = std::make_shared<InFlight>();
+  op->staging = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  if (!is_send && !tensor.is_contiguous()) op->target = tensor;
+  op->what = peer == Transport::kAnyPeer ? fmt::format("{} (tag {}) from any rank", name, tag)
+                                         : fmt::format("{} (tag {}) {} rank {}", name, tag, is_send ? "to" : "from", peer);
+  return enqueue(type, name, {tensor}, [this, op, is_send, peer, tag](Communicator& comm, PrideWork& work) {
+    void* data = op->staging.data_ptr();
+    size_t bytes = nbytes(op->staging);
+    op->request = is_send ? comm.p2p_send(peer, uint64_t(tag), data, bytes)
+                          : comm.p2p_recv(peer, uint64_t(tag), data, bytes);
+    op->deadline = Clock::now() + comm.timeout();
+    op->work = c10::intrusive_ptr<PrideWork>::reclaim_copy(&work);
+    in_flight_.push_back(std::make_unique<InFlight>(std::move(*op)));
+    return false;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  check_single_tensor(tensors, "send");
+  check_root(dst, getSize(), "send");
+  return post_p2p(c10d::OpType::SEND, "send", tensors[0], dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  check_single_tensor(tensors, "recv");
+  check_root(src, getSize(), "recv");
+  return post_p2p(c10d::OpType::RECV, "recv", tensors[0], src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_single_tensor(tensors, "recv");
+  return post_p2p(c10d::OpType::RECVANYSOURCE, "recv", tensors[0], Transport::kAnyPeer, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce(at::Tensor& tensor, SignOptions options) {
+  check_cpu_tensor(tensor, "sign_allreduce");
+  const bits::DType dtype = to_sign_dtype(tensor.scalar_type(), "sign_allreduce");
+  return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce", {tensor},
+                 [tensor, dtype, options](Communicator& comm, PrideWork&) {
+                   at::Tensor buf = tensor.is_contiguous() ? tensor : tensor.contiguous();
+                   pride::sign_allreduce(comm, buf.data_ptr(), dtype, size_t(buf.numel()), options);
+                   if (!buf.is_same(tensor)) const_cast<at::Tensor&>(tensor).copy_(buf);
+                   return true;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_packed(const at::Tensor& packed, int64_t numel,
+                                                                   SignOptions options) {
+  check_cpu_tensor(packed, "sign_allreduce_packed");
+  TORCH_CHECK_TYPE(packed.scalar_type() == at::kByte, "pride sign_allreduce_packed: expected a uint8 tensor, got ",
+                   packed.scalar_type());
+  TORCH_CHECK_VALUE(numel >= 0 && packed.numel() == int64_t(bits::bytes_for(size_t(numel))),
+                    "pride sign_allreduce_packed: ", numel, " elements need ", bits::bytes_for(size_t(std::max<int64_t>(numel, 0))),
+                    " packed bytes, got ", packed.numel());
+  at::Tensor out = at::empty({numel}, packed.options().dtype(options.mode == SignMode::kVote ? at::kChar : at::kFloat));
+  at::Tensor in = packed.contiguous();
+  return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce_packed", {out},
+                 [in, out, numel, options](Communicator& comm, PrideWork&) {
+                   pride::sign_allreduce_packed(comm, in.data_ptr<uint8_t>(), size_t(numel), options, out.data_ptr());
+                   return true;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::run_on_worker(const char* name, std::vector<at::Tensor> outputs,
+                                                           std::function<void(Communicator&)> fn) {
+  return enqueue(c10d::OpType::ALLREDUCE, name, std::move(outputs), [fn = std::move(fn)](Communicator& comm, PrideWork&) {
+    fn(comm);
+    return true;
+  });
+}
+
+std::map<std::string, TrafficCounters> PrideBackend::traffic() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return traffic_snapshot_;
+}
+
+void PrideBackend::reset_traffic() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reset_traffic_requested_ = true;  // the worker owns the counters; it clears them before its next task
+  traffic_snapshot_.clear();
+}
+
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                 std::chrono::milliseconds timeout) {
+  try {
+    return c10::make_intrusive<PrideBackend>(store, rank, size, timeout);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    C10_THROW_ERROR(DistBackendError, std::string("pride: could not create the backend: ") + e.what());
+  }
+}
+
+}  // namespace pride::torch_plugin

@@ -1,0 +1,119 @@
+// pride as a c10d::Backend: what torch.distributed calls for a group whose CPU backend is "pride".
+//
+// Threading (as ProcessGroupGloo): calls validate their arguments on the caller's thread, then queue
+// the operation for the backend's one worker thread, which runs them in issue order on the engine's
+// Communicator and completes their Work. Every rank issues collectives in the same order, so the
+// queues line up. Point-to-point operations are posted by the worker and then left in flight (an
+// irecv must not block an isend queued behind it); the worker completes them as they finish.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backend/communicator.h"
+#include "collectives/engine/sign/sign_allreduce.h"
+#include "torch_plugin/pride_work.h"
+
+namespace pride::torch_plugin {
+
+class PrideBackend : public c10d::Backend {
+ public:
+  PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  ~PrideBackend() override;
+
+  const std::string getBackendName() const override { return "pride"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return issued_; }
+
+  // pride's own collectives (SPEC §3), reached from Python through the group's backend object.
+  c10::intrusive_ptr<c10d::Work> sign_allreduce(at::Tensor& tensor, SignOptions options);
+  // Result tensor (int8 votes or float32 means) is the Work's result()[0].
+  c10::intrusive_ptr<c10d::Work> sign_allreduce_packed(const at::Tensor& packed, int64_t numel, SignOptions options);
+  // Runs `fn` on the worker thread in issue order (the optimizer's fused step uses it).
+  c10::intrusive_ptr<c10d::Work> run_on_worker(const char* name, std::vector<at::Tensor> outputs,
+                                               std::function<void(Communicator&)> fn);
+
+  // Immutable after construction (rank, size, host layout): safe to read from any thread.
+  const Communicator& communicator() const { return *comm_; }
+
+  // Traffic per algorithm, as of the last completed operation.
+  std::map<std::string, TrafficCounters> traffic() const;
+  void reset_traffic();
+
+ private:
+  // Runs on the worker; returns false when it left the Work to complete later (p2p in flight).
+  using Task = std::function<bool(Communicator&, PrideWork&)>;
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                         Task task);
+  void worker_loop();
+  void poll_in_flight();
+  struct InFlight;
+  c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer, int tag);
+
+  std::unique_ptr<Communicator> comm_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  struct Queued {
+    c10::intrusive_ptr<PrideWork> work;
+    Task task;
+  };
+  std::deque<Queued> queue_;
+  bool stopping_ = false;
+  bool reset_traffic_requested_ = false;
+  uint64_t issued_ = 0;
+  std::map<std::string, TrafficCounters> traffic_snapshot_;
+  std::vector<std::unique_ptr<InFlight>> in_flight_;  // worker thread only
+  std::thread worker_;
+};
+
+// The creator torch.distributed.Backend.register_backend calls (store, rank, size, timeout).
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                 std::chrono::milliseconds timeout);
+
+}  // namespace pride::torch_plugin

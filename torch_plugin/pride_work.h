@@ -1,0 +1,31 @@
+// The Work handle of a pride operation: completed by the backend's worker thread, in issue order,
+// with the operation's output tensors as its Future's value (or its error).
+#pragma once
+
+#include <exception>
+#include <vector>
+
+#include "torch_plugin/torch_compat.h"
+
+namespace pride::torch_plugin {
+
+class PrideWork : public c10d::Work {
+ public:
+  PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs);
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  int sourceRank() const override { return source_rank_; }
+
+  // Called once by the worker thread: marks the Work and its Future done (or failed).
+  void complete(std::exception_ptr error = nullptr);
+  void set_source_rank(int rank) { source_rank_ = rank; }
+  std::vector<at::Tensor>& outputs() { return outputs_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  int source_rank_ = -1;
+};
+
+}  // namespace pride::torch_plugin

@@ -1,0 +1,90 @@
+#include "torch_plugin/tensor_types.h"
+
+#include <c10/util/Exception.h>
+
+namespace pride::torch_plugin {
+
+ScalarType to_scalar_type(at::ScalarType type, const char* collective) {
+  switch (type) {
+    case at::kBool: return ScalarType::kBool;
+    case at::kByte: return ScalarType::kUInt8;
+    case at::kChar: return ScalarType::kInt8;
+    case at::kShort: return ScalarType::kInt16;
+    case at::kInt: return ScalarType::kInt32;
+    case at::kLong: return ScalarType::kInt64;
+    case at::kUInt16: return ScalarType::kUInt16;
+    case at::kUInt32: return ScalarType::kUInt32;
+    case at::kUInt64: return ScalarType::kUInt64;
+    case at::kHalf: return ScalarType::kFloat16;
+    case at::kBFloat16: return ScalarType::kBFloat16;
+    case at::kFloat: return ScalarType::kFloat32;
+    case at::kDouble: return ScalarType::kFloat64;
+    case at::kComplexFloat: return ScalarType::kComplex64;
+    case at::kComplexDouble: return ScalarType::kComplex128;
+    default: break;
+  }
+  TORCH_CHECK_TYPE(false, "pride ", collective, ": unsupported dtype ", type);
+}
+
+bits::DType to_sign_dtype(at::ScalarType type, const char* collective) {
+  switch (type) {
+    case at::kFloat: return bits::DType::kFloat32;
+    case at::kBFloat16: return bits::DType::kBFloat16;
+    case at::kHalf: return bits::DType::kFloat16;
+    default: break;
+  }
+  TORCH_CHECK_TYPE(false, "pride ", collective, ": expected a float32, bfloat16 or float16 tensor, got ", type);
+}
+
+ReduceOp to_reduce_op(const c10d::ReduceOp& op, ScalarType type, const char* collective) {
+  ReduceOp mapped;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: mapped = ReduceOp::kSum; break;
+    case c10d::ReduceOp::AVG: mapped = ReduceOp::kAvg; break;
+    case c10d::ReduceOp::PRODUCT: mapped = ReduceOp::kProduct; break;
+    case c10d::ReduceOp::MIN: mapped = ReduceOp::kMin; break;
+    case c10d::ReduceOp::MAX: mapped = ReduceOp::kMax; break;
+    case c10d::ReduceOp::BAND: mapped = ReduceOp::kBand; break;
+    case c10d::ReduceOp::BOR: mapped = ReduceOp::kBor; break;
+    case c10d::ReduceOp::BXOR: mapped = ReduceOp::kBxor; break;
+    default: TORCH_CHECK_VALUE(false, "pride ", collective, ": unsupported reduce op ", int(op.op_));
+  }
+  try {
+    check_reduce_op(mapped, type);
+  } catch (const std::exception& e) {
+    TORCH_CHECK_VALUE(false, "pride ", collective, ": ", e.what());
+  }
+  return mapped;
+}
+
+void check_cpu_tensor(const at::Tensor& t, const char* collective) {
+  TORCH_CHECK_VALUE(t.defined(), "pride ", collective, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "pride ", collective, ": expected a CPU tensor, got one on ", t.device(),
+                    " (this build of pride handles CPU tensors; use a \"cpu:pride,cuda:nccl\" group for GPUs)");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "pride ", collective, ": expected a dense tensor, got layout ",
+                    t.layout());
+}
+
+void check_single_tensor(const std::vector<at::Tensor>& tensors, const char* collective) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "pride ", collective, ": expected exactly one tensor, got ", tensors.size());
+  check_cpu_tensor(tensors[0], collective);
+}
+
+void check_same_type_and_size(const at::Tensor& reference, const std::vector<at::Tensor>& tensors,
+                              const char* collective, const char* what) {
+  for (const auto& t : tensors) {
+    check_cpu_tensor(t, collective);
+    TORCH_CHECK_TYPE(t.scalar_type() == reference.scalar_type(), "pride ", collective, ": ", what,
+                     " tensors must have dtype ", reference.scalar_type(), ", got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.numel() == reference.numel(), "pride ", collective, ": ", what, " tensors must have ",
+                      reference.numel(), " elements, got ", t.numel());
+  }
+}
+
+void check_root(int root, int size, const char* collective) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, "pride ", collective, ": root rank ", root, " is not in [0, ", size, ")");
+}
+
+size_t nbytes(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
+
+}  // namespace pride::torch_plugin

@@ -1,0 +1,21 @@
+// Everything in pride that depends on which torch release it is built against, in one place.
+// Built and tested here against torch 2.14; the GPU machines run torch 2.11. Both have C++20 headers,
+// c10d::Backend with the *_base/legacy collective names we override, and c10d::Work::finish().
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <string>
+
+namespace pride::torch_compat {
+
+// A completed-later Future of a list of tensors, as c10d's Work::getFuture() promises.
+inline c10::intrusive_ptr<c10::ivalue::Future> make_tensor_list_future() {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                  std::vector<c10::Device>{c10::Device(c10::kCPU)});
+}
+
+}  // namespace pride::torch_compat
