@@ -462,5 +462,228 @@ TEST(Barrier, NoRankLeavesBeforeEveryRankArrived) {
   }
 }
 
+// ---- reduce --------------------------------------------------------------------------------------
+
+template <typename T>
+void check_reduce(Communicator& comm, ScalarType type, ReduceOp op, size_t count, int root) {
+  std::unique_ptr<T[]> buf(new T[count]);
+  for (size_t i = 0; i < count; ++i) buf[i] = input<T>(op, comm.rank(), i);
+  reduce(comm, buf.get(), count, type, op, root);
+  if (comm.rank() != root) return;  // other ranks' buffers are scratch
+  expect_elements(buf.get(), count, [&](size_t i) { return expected_reduction<T>(op, comm.size(), i); },
+                  fmt::format("rank {}/{} reduce {} {} count {} root {}", comm.rank(), comm.size(), scalar_name(type),
+                              reduce_op_name(op), count, root),
+                  exact_only_by_value<T>(op));
+}
+
+// Just over the tree limit: the reduce-scatter + gather algorithm, with unequal blocks.
+template <typename T>
+size_t reduce_ring_count(int n) {
+  return (size_t(256) << 10) / sizeof(T) + size_t(3 * n + 1);
+}
+
+TEST(Reduce, SumEveryTypeRootGroupSizeAndCount) {
+  for (int n : kGroupSizes) {
+    run_ranks(n, [n](Communicator& comm) {
+      for (int root = 0; root < n; ++root) {
+        for_each_type([&]<typename T>(ScalarType type) {
+          for (size_t count : {size_t(0), size_t(1), size_t(65), size_t(1000)}) {
+            check_reduce<T>(comm, type, ReduceOp::kSum, count, root);
+          }
+          if (root == n - 1) check_reduce<T>(comm, type, ReduceOp::kSum, reduce_ring_count<T>(n), root);
+        });
+      }
+    });
+  }
+}
+
+TEST(Reduce, EveryOpWhereDefined) {
+  for (int n : {3, 5}) {
+    run_ranks(n, [n](Communicator& comm) {
+      for_each_type([&]<typename T>(ScalarType type) {
+        for (ReduceOp op : kAllOps) {
+          if (!op_defined(op, type)) continue;
+          for (size_t count : {size_t(65), reduce_ring_count<T>(n)}) check_reduce<T>(comm, type, op, count, 1);
+        }
+      });
+    });
+  }
+}
+
+TEST(Reduce, BadArgumentsAndMismatchedRoots) {
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<int32_t> buf(8, 1);
+    EXPECT_THROW(reduce(comm, buf.data(), 8, ScalarType::kInt32, ReduceOp::kSum, 3), InvalidArgument);
+    EXPECT_THROW(reduce(comm, buf.data(), 8, ScalarType::kInt32, ReduceOp::kAvg, 0), InvalidArgument);
+    EXPECT_THROW(reduce(comm, buf.data(), 8, ScalarType::kInt32, ReduceOp::kSum, comm.rank() == 2 ? 1 : 0),
+                 MismatchError);
+    reduce(comm, buf.data(), 8, ScalarType::kInt32, ReduceOp::kSum, 2);
+    if (comm.rank() == 2) {
+      EXPECT_EQ(buf[7], 3);
+    }
+  });
+}
+
+// ---- gather, scatter -----------------------------------------------------------------------------
+
+TEST(GatherScatter, EveryRootGroupSizeAndSize) {
+  for (int n : kGroupSizes) {
+    run_ranks(n, [n](Communicator& comm) {
+      const int r = comm.rank();
+      for (int root = 0; root < n; ++root) {
+        for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(1000), size_t(100003)}) {
+          const std::string what = fmt::format("rank {}/{} root {} bytes {}", r, n, root, bytes);
+          // gather, out of place and (on the root) in place
+          for (bool in_place : {false, true}) {
+            std::vector<uint8_t> out(r == root ? bytes * size_t(n) : 0, 0xEE);
+            std::vector<uint8_t> in(bytes);
+            uint8_t* src = in_place && r == root ? out.data() + bytes * size_t(r) : in.data();
+            for (size_t i = 0; i < bytes; ++i) src[i] = pattern(r, i);
+            gather(comm, src, bytes, r == root ? out.data() : nullptr, root);
+            expect_elements(out.data(), out.size(), [&](size_t i) { return pattern(int(i / bytes), i % bytes); },
+                            "gather " + what);
+          }
+          // scatter: block b of the root's input is pattern(b + 100, .)
+          std::vector<uint8_t> in(r == root ? bytes * size_t(n) : 0);
+          for (size_t i = 0; i < in.size(); ++i) in[i] = pattern(int(i / bytes) + 100, i % bytes);
+          std::vector<uint8_t> out(bytes, 0xEE);
+          scatter(comm, r == root ? in.data() : nullptr, out.data(), bytes, root);
+          expect_elements(out.data(), bytes, [&](size_t i) { return pattern(r + 100, i); }, "scatter " + what);
+        }
+      }
+    });
+  }
+}
+
+TEST(GatherScatter, BadArgumentsAndMismatchedSizes) {
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<uint8_t> in(30), out(30);
+    EXPECT_THROW(gather(comm, in.data(), 10, out.data(), -1), InvalidArgument);
+    EXPECT_THROW(gather(comm, in.data(), 10, nullptr, comm.rank()), InvalidArgument);  // every rank is "root"
+    EXPECT_THROW(scatter(comm, nullptr, out.data(), 10, comm.rank()), InvalidArgument);
+    EXPECT_THROW(scatter(comm, in.data(), out.data(), comm.rank() == 0 ? 9 : 10, 1), MismatchError);
+    scatter(comm, in.data(), out.data(), 10, 1);
+  });
+}
+
+// ---- reduce_scatter ------------------------------------------------------------------------------
+
+template <typename T>
+void check_reduce_scatter(Communicator& comm, ScalarType type, ReduceOp op, const std::vector<size_t>& counts) {
+  const auto r = static_cast<size_t>(comm.rank());
+  size_t total = 0, offset = 0;
+  for (size_t b = 0; b < counts.size(); ++b) {
+    if (b == r) offset = total;
+    total += counts[b];
+  }
+  std::unique_ptr<T[]> in(new T[total]);
+  std::unique_ptr<T[]> out(new T[counts[r]]);
+  for (size_t i = 0; i < total; ++i) in[i] = input<T>(op, comm.rank(), i);
+  reduce_scatter(comm, in.get(), out.get(), counts, type, op);
+  expect_elements(out.get(), counts[r], [&](size_t i) { return expected_reduction<T>(op, comm.size(), offset + i); },
+                  fmt::format("rank {}/{} reduce_scatter {} {} total {}", r, comm.size(), scalar_name(type),
+                              reduce_op_name(op), total),
+                  exact_only_by_value<T>(op));
+}
+
+TEST(ReduceScatter, EqualUnequalAndEmptyBlocks) {
+  for (int n : kGroupSizes) {
+    run_ranks(n, [n](Communicator& comm) {
+      std::vector<std::vector<size_t>> layouts;
+      for (size_t count : kCounts) layouts.emplace_back(size_t(n), count);
+      std::vector<size_t> ragged(static_cast<size_t>(n));
+      for (int b = 0; b < n; ++b) ragged[size_t(b)] = size_t(b * 37 % 100);  // block 0 empty
+      layouts.push_back(ragged);
+      for_each_type([&]<typename T>(ScalarType type) {
+        for (const auto& counts : layouts) check_reduce_scatter<T>(comm, type, ReduceOp::kSum, counts);
+      });
+      if (n <= 4) {
+        // Blocks of several segments, one of them empty.
+        std::vector<size_t> large(static_cast<size_t>(n));
+        for (int b = 0; b < n; ++b) large[size_t(b)] = b == 1 ? 0 : (size_t(1) << 19) * size_t(b + 1) + 5;
+        check_reduce_scatter<float>(comm, ScalarType::kFloat32, ReduceOp::kSum, large);
+        check_reduce_scatter<double>(comm, ScalarType::kFloat64, ReduceOp::kAvg, large);
+      }
+    });
+  }
+}
+
+TEST(ReduceScatter, EveryOpWhereDefined) {
+  run_ranks(3, [](Communicator& comm) {
+    const std::vector<size_t> counts = {65, 1, 300};
+    for_each_type([&]<typename T>(ScalarType type) {
+      for (ReduceOp op : kAllOps) {
+        if (op_defined(op, type)) check_reduce_scatter<T>(comm, type, op, counts);
+      }
+    });
+  });
+}
+
+TEST(ReduceScatter, BadArgumentsAndMismatchedCounts) {
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<float> in(30), out(10);
+    EXPECT_THROW(reduce_scatter(comm, in.data(), out.data(), {10, 10}, ScalarType::kFloat32, ReduceOp::kSum),
+                 InvalidArgument);
+    EXPECT_THROW(reduce_scatter(comm, in.data(), out.data(), {10, 10, 10}, ScalarType::kFloat32, ReduceOp::kBand),
+                 InvalidArgument);
+    std::vector<size_t> counts = {10, 10, 10};
+    if (comm.rank() == 0) counts = {10, 9, 11};  // same total, different split
+    EXPECT_THROW(reduce_scatter(comm, in.data(), out.data(), counts, ScalarType::kFloat32, ReduceOp::kSum),
+                 MismatchError);
+  });
+}
+
+// ---- alltoallv -----------------------------------------------------------------------------------
+
+// Bytes rank `from` sends to rank `to`, in three layouts: ragged with empty blocks, all empty but one
+// pair, and large.
+size_t alltoall_bytes(int layout, int from, int to, int n) {
+  switch (layout) {
+    case 0: return size_t((from * 7 + to * 3) % 50);
+    case 1: return from == n - 1 && to == 0 ? 1000 : 0;
+    default: return size_t(from + 1) * 100000 + size_t(to);
+  }
+}
+
+TEST(Alltoallv, EveryGroupSizeAndLayout) {
+  for (int n : kGroupSizes) {
+    run_ranks(n, [n](Communicator& comm) {
+      const int r = comm.rank();
+      for (int layout = 0; layout < 3; ++layout) {
+        std::vector<size_t> send_bytes(static_cast<size_t>(n)), recv_bytes(static_cast<size_t>(n));
+        for (int p = 0; p < n; ++p) {
+          send_bytes[size_t(p)] = alltoall_bytes(layout, r, p, n);
+          recv_bytes[size_t(p)] = alltoall_bytes(layout, p, r, n);
+        }
+        std::vector<uint8_t> in, out;
+        for (int p = 0; p < n; ++p) {
+          for (size_t i = 0; i < send_bytes[size_t(p)]; ++i) in.push_back(pattern(r * 16 + p, i));
+        }
+        size_t total = 0;
+        for (size_t b : recv_bytes) total += b;
+        out.assign(total, 0xEE);
+        alltoallv(comm, in.data(), send_bytes, out.data(), recv_bytes);
+        size_t offset = 0;
+        for (int p = 0; p < n; ++p) {
+          expect_elements(out.data() + offset, recv_bytes[size_t(p)], [&](size_t i) { return pattern(p * 16 + r, i); },
+                          fmt::format("rank {}/{} alltoallv layout {} from {}", r, n, layout, p));
+          offset += recv_bytes[size_t(p)];
+        }
+      }
+    });
+  }
+}
+
+TEST(Alltoallv, SizesThatDisagreeBetweenPeersFailNamingThePeer) {
+  auto errors = run_ranks_collect_errors(3, [](Communicator& comm) {
+    std::vector<size_t> send_bytes = {4, 4, 4}, recv_bytes = {4, 4, 4};
+    if (comm.rank() == 1) recv_bytes[0] = 5;  // rank 0 sends rank 1 only 4
+    std::vector<uint8_t> in(12), out(13);
+    alltoallv(comm, in.data(), send_bytes, out.data(), recv_bytes);
+  });
+  EXPECT_NE(errors[1].find("peer 0 sent 4 bytes where this rank expected 5"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("alltoallv"), std::string::npos) << errors[1];
+}
+
 }  // namespace
 }  // namespace pride
