@@ -83,8 +83,12 @@ class SignAllreduceBench final : public Benchmark {
       store_as(dtype_, y, want.data(), 0);
       if (std::memcmp(work_.data() + i * w, want.data(), w) == 0) continue;
       if (wrong++ == 0) {
-        fmt::print(stderr, "sign_allreduce_perf rank {}/{}: wrong value: {} n={} element {}: vote sum {}, want {}\n",
-                   comm.rank(), comm.size(), name(algorithm_), count_, i, sum[i], y);
+        uint32_t got_bits = 0, want_bits = 0;  // raw patterns: a wrong value may be any bit pattern
+        std::memcpy(&got_bits, work_.data() + i * w, w);
+        std::memcpy(&want_bits, want.data(), w);
+        fmt::print(stderr, "sign_allreduce_perf rank {}/{}: wrong value: {} n={} element {}: vote sum {}, want {} "
+                   "({:#x}), got {:#x}\n", comm.rank(), comm.size(), name(algorithm_), count_, i, sum[i], y,
+                   want_bits, got_bits);
       }
     }
     if (wrong) {

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Multi-process tests of pride with real processes (standard library only; ctest runs it).
+
+  run_multiproc.py perf  --torchrun T --nproc N -- BINARY ARGS...
+      torchrun --standalone --no-python BINARY ARGS with N ranks; passes when torchrun exits 0 and
+      rank 0 reports "# Out of bounds values : 0 OK".
+
+  run_multiproc.py fault --probe P --nproc N --scenario S [--victim V] [--timeout SECONDS]
+      starts N fault_probe ranks itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, PRIDE_TIMEOUT)
+      rather than through torchrun, because torchrun kills the survivors as soon as one rank dies,
+      which would hide exactly the hangs these tests look for. Checks SPEC §6: every survivor exits
+      non-zero, in bounded time, with a message that says what happened.
+
+Every wait here has a deadline; on expiry all processes of the test are killed and the test fails.
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+# Seconds allowed on top of PRIDE_TIMEOUT: bootstrap (UCX, TCPStore) of up to 8 processes on 2 cores.
+SLACK = 25.0
+
+
+def fail(message):
+    print(f"FAIL: {message}", flush=True)
+    sys.exit(1)
+
+
+def kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_perf(args):
+    cmd = [args.torchrun, "--standalone", "--nproc-per-node", str(args.nproc), "--no-python"] + args.command
+    print("+", " ".join(cmd), flush=True)
+    # A session of its own, so a hang can be killed with everything torchrun started.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=args.deadline)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, _ = proc.communicate()
+        print(out)
+        fail(f"still running after {args.deadline} s (hang?); killed")
+    print(out, flush=True)
+    if proc.returncode != 0:
+        fail(f"torchrun exited with {proc.returncode}")
+    if "# Out of bounds values : 0 OK" not in out:
+        fail("rank 0 did not report '# Out of bounds values : 0 OK'")
+    print("PASS")
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """N probe ranks, their stderr in files so that nothing blocks on a full pipe."""
+
+    def __init__(self, args, tmp):
+        port = free_port()
+        self.procs, self.logs, self.exit_time = [], [], {}
+        for rank in range(args.nproc):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "PRIDE_"))}
+            env.update(RANK=str(rank), WORLD_SIZE=str(args.nproc), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(args.nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       PRIDE_TIMEOUT=str(args.timeout))
+            log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
+            cmd = [args.probe, "--scenario", args.scenario, "--victim", str(args.victim)]
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+            self.logs.append(log)
+        self.start = time.monotonic()
+
+    def poll(self):
+        now = time.monotonic()
+        for rank, p in enumerate(self.procs):
+            if rank not in self.exit_time and p.poll() is not None:
+                self.exit_time[rank] = now - self.start
+
+    def wait(self, ranks, deadline):
+        """Waits until every rank in `ranks` has exited or `deadline` (monotonic) passes."""
+        while time.monotonic() < deadline:
+            self.poll()
+            if all(r in self.exit_time for r in ranks):
+                return True
+            time.sleep(0.05)
+        self.poll()
+        return all(r in self.exit_time for r in ranks)
+
+    def text(self, rank):
+        self.logs[rank].flush()
+        with open(self.logs[rank].name) as f:
+            return f.read()
+
+    def kill_all(self):
+        for p in self.procs:
+            kill_group(p)
+        for p in self.procs:
+            p.wait()
+        self.poll()
+
+    def report(self):
+        for rank, p in enumerate(self.procs):
+            when = self.exit_time.get(rank)
+            when = f"{when:.2f} s" if when is not None else "never"
+            print(f"--- rank {rank}: exit {p.returncode} after {when}")
+            print(self.text(rank).rstrip())
+
+
+def run_fault(args):
+    n, victim, scenario = args.nproc, args.victim, args.scenario
+    survivors = [r for r in range(n) if r != victim]
+    with tempfile.TemporaryDirectory(prefix="pride_fault_") as tmp:
+        job = Job(args, tmp)
+        problems = []
+        try:
+            bound = args.timeout + SLACK
+            if scenario == "loop":
+                # Wait until every rank is inside the loop of collectives, then kill the victim from outside.
+                until = job.start + SLACK
+                while time.monotonic() < until and not all("first collective done" in job.text(r) for r in range(n)):
+                    time.sleep(0.05)
+                time.sleep(0.5)
+                killed_at = time.monotonic()
+                kill_group(job.procs[victim])
+                if not job.wait(survivors, killed_at + bound):
+                    problems.append(f"survivors still running {bound:.0f} s after rank {victim} was killed (hang)")
+            elif scenario == "ok":
+                if not job.wait(range(n), job.start + bound):
+                    problems.append(f"not done after {bound:.0f} s")
+            else:
+                waited = survivors if scenario == "silent" else list(range(n))
+                if not job.wait(waited, job.start + bound):
+                    missing = [r for r in waited if r not in job.exit_time]
+                    problems.append(f"ranks {missing} still running after {bound:.0f} s (hang)")
+        finally:
+            job.kill_all()  # the silent victim, and anything that hung
+            job.report()
+
+        rc = [p.returncode for p in job.procs]
+        text = [job.text(r) for r in range(n)]
+        if scenario == "ok":
+            problems += [f"rank {r} exited {rc[r]}" for r in range(n) if rc[r] != 0]
+        elif scenario in ("numel", "mode"):
+            for r in range(n):
+                if rc[r] != 1:
+                    problems.append(f"rank {r} exited {rc[r]}, expected 1 (a raised error)")
+                if "ranks disagree" not in text[r]:
+                    problems.append(f"rank {r}: no 'ranks disagree' in its output")
+        else:
+            if scenario == "die" and rc[victim] != -signal.SIGKILL:
+                problems.append(f"victim rank {victim} exited {rc[victim]}, expected to die of SIGKILL")
+            for r in survivors:
+                if rc[r] != 1:
+                    problems.append(f"rank {r} exited {rc[r]}, expected 1 (a raised error)")
+                    continue
+                if "sign_allreduce" not in text[r]:
+                    problems.append(f"rank {r}: its error does not name the collective")
+                if f"peer {victim}" not in text[r] and "timed out" not in text[r] and "gave up" not in text[r]:
+                    problems.append(f"rank {r}: its error names neither peer {victim} nor a timeout")
+                if scenario == "silent" and "peer" not in text[r]:
+                    problems.append(f"rank {r}: its error does not name the peer it waited for")
+        if problems:
+            fail("; ".join(problems))
+        print("PASS")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    perf = sub.add_parser("perf")
+    perf.add_argument("--torchrun", required=True)
+    perf.add_argument("--nproc", type=int, required=True)
+    perf.add_argument("--deadline", type=float, default=500)
+    perf.add_argument("command", nargs=argparse.REMAINDER)
+    fault = sub.add_parser("fault")
+    fault.add_argument("--probe", required=True)
+    fault.add_argument("--nproc", type=int, required=True)
+    fault.add_argument("--scenario", required=True, choices=["ok", "silent", "die", "loop", "numel", "mode"])
+    fault.add_argument("--victim", type=int, default=1)
+    fault.add_argument("--timeout", type=float, default=5, help="PRIDE_TIMEOUT in seconds")
+    args = parser.parse_args()
+    if args.what == "perf":
+        if args.command and args.command[0] == "--":
+            args.command = args.command[1:]
+        run_perf(args)
+    else:
+        run_fault(args)
+
+
+if __name__ == "__main__":
+    main()
