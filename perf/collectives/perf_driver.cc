@@ -141,7 +141,7 @@ std::string format_bits(double bits) { return bits < 0 ? "-" : fmt::format("{:.3
 class Table {
  public:
   void header() const {
-    fmt::print("#\n# {:>12} {:>12} {:>9} {:>10} {:>10} {:>11} {:>11} {:>15} {:>8} {:>7}\n", "size", "count", "type",
+    fmt::print("#\n# {:>12} {:>12} {:>9} {:>15} {:>10} {:>11} {:>11} {:>15} {:>8} {:>7}\n", "size", "count", "type",
                "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire_bits/elem", "formula", "#wrong");
   }
   void row(uint64_t bytes, size_t count, const std::string& type, const std::string& algo, double time_us,
@@ -149,7 +149,7 @@ class Table {
     // algbw: the bytes the caller handed in; busbw: the bytes a rank actually put on the wire.
     double algbw = time_us > 0 ? double(bytes) / time_us / 1e3 : 0;
     double busbw = time_us > 0 ? bytes_sent_per_rank / time_us / 1e3 : 0;
-    fmt::print("  {:>12} {:>12} {:>9} {:>10} {:>10.1f} {:>11.3f} {:>11.3f} {:>15} {:>8} {:>7}\n", bytes, count, type,
+    fmt::print("  {:>12} {:>12} {:>9} {:>15} {:>10.1f} {:>11.3f} {:>11.3f} {:>15} {:>8} {:>7}\n", bytes, count, type,
                algo, time_us, algbw, busbw, format_bits(wire_bits), format_bits(formula), wrong);
     std::fflush(stdout);
     busbw_sum_ += busbw;
