@@ -241,12 +241,15 @@ TEST(Allreduce, SumEveryTypeGroupSizeAndCount) {
 }
 
 TEST(Allreduce, EveryOpWhereDefined) {
-  for (int n : {2, 3, 5, 8}) {
+  // Both algorithms per op; the ring's block arithmetic does not depend on the op, and the SUM test
+  // covers it at every group size, so the ring runs only on the small groups here (time).
+  for (int n : {2, 3, 8}) {
     run_ranks(n, [n](Communicator& comm) {
       for_each_type([&]<typename T>(ScalarType type) {
         for (ReduceOp op : kAllOps) {
           if (!op_defined(op, type)) continue;
-          for (size_t count : {size_t(1), size_t(65), ring_count<T>(n)}) check_allreduce<T>(comm, type, op, count);
+          for (size_t count : {size_t(1), size_t(65)}) check_allreduce<T>(comm, type, op, count);
+          if (n <= 3) check_allreduce<T>(comm, type, op, ring_count<T>(n));
         }
       });
     });
@@ -503,7 +506,8 @@ TEST(Reduce, EveryOpWhereDefined) {
       for_each_type([&]<typename T>(ScalarType type) {
         for (ReduceOp op : kAllOps) {
           if (!op_defined(op, type)) continue;
-          for (size_t count : {size_t(65), reduce_ring_count<T>(n)}) check_reduce<T>(comm, type, op, count, 1);
+          check_reduce<T>(comm, type, op, 65, 1);
+          if (n == 3) check_reduce<T>(comm, type, op, reduce_ring_count<T>(n), 1);
         }
       });
     });
@@ -590,7 +594,7 @@ TEST(ReduceScatter, EqualUnequalAndEmptyBlocks) {
   for (int n : kGroupSizes) {
     run_ranks(n, [n](Communicator& comm) {
       std::vector<std::vector<size_t>> layouts;
-      for (size_t count : kCounts) layouts.emplace_back(size_t(n), count);
+      for (size_t count : {0, 1, 65, 1000}) layouts.emplace_back(size_t(n), count);
       std::vector<size_t> ragged(static_cast<size_t>(n));
       for (int b = 0; b < n; ++b) ragged[size_t(b)] = size_t(b * 37 % 100);  // block 0 empty
       layouts.push_back(ragged);

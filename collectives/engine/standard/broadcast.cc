@@ -23,12 +23,15 @@ void broadcast_tree(Collective& c, void* buf, size_t bytes, int root) {
   int low_bit = static_cast<int>(std::bit_ceil(static_cast<unsigned>(n)));  // the root: above every child
   if (v != 0) {
     low_bit = v & -v;
-    RequestPtr in = c.recv(ring_mod(v - low_bit + root, n), slot(0, std::countr_zero(unsigned(low_bit))), buf, bytes);
+    const int parent = ring_mod(v - low_bit + root, n);
+    RequestPtr in = c.recv(parent, slot(0, std::countr_zero(unsigned(low_bit))), buf, bytes);
     c.wait(in);
   }
   std::vector<RequestPtr> sends;
   for (int m = low_bit >> 1; m >= 1; m >>= 1) {
-    if (v + m < n) sends.push_back(c.send(ring_mod(v + m + root, n), slot(0, std::countr_zero(unsigned(m))), buf, bytes));
+    if (v + m < n) {
+      sends.push_back(c.send(ring_mod(v + m + root, n), slot(0, std::countr_zero(unsigned(m))), buf, bytes));
+    }
   }
   c.wait_all(sends);
 }
@@ -41,7 +44,8 @@ void broadcast_scatter_allgather(Collective& c, void* buf, size_t bytes, int roo
   std::vector<RequestPtr> requests;
   if (r == root) {
     for (int b = 0; b < n; ++b) {
-      if (b != root) requests.push_back(c.send(b, slot(0, 0), base + blocks.offset[size_t(b)], blocks.count[size_t(b)]));
+      if (b == root) continue;
+      requests.push_back(c.send(b, slot(0, 0), base + blocks.offset[size_t(b)], blocks.count[size_t(b)]));
     }
   } else {
     requests.push_back(c.recv(root, slot(0, 0), base + blocks.offset[size_t(r)], blocks.count[size_t(r)]));

@@ -73,7 +73,8 @@ void reduce(Communicator& comm, void* buf, size_t count, ScalarType type, Reduce
   const bool tree = bytes <= kTreeReduceBytes;
   // detail: the op in the low byte, the root above it.
   const uint64_t detail = static_cast<uint64_t>(op) | (static_cast<uint64_t>(root) << 8);
-  Collective c = comm.begin(kName, tree ? "reduce_tree" : "reduce_ring", fingerprint(OpId::kReduce, type, count, detail));
+  Collective c =
+      comm.begin(kName, tree ? "reduce_tree" : "reduce_ring", fingerprint(OpId::kReduce, type, count, detail));
   if (comm.size() == 1 || count == 0) return;
   if (tree) {
     reduce_tree(c, static_cast<char*>(buf), count, type, op, root);
