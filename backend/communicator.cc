@@ -133,6 +133,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
 
 Communicator::~Communicator() {
   abort_receive_.reset();
+  if (broken()) transport_->close_abortively();
   // Let in-flight eager sends (abort notices, the last result chunks) leave before endpoints close.
   for (int i = 0; i < 64 && transport_->progress(); ++i) {
   }

@@ -6,6 +6,7 @@
 #include <torch/python.h>
 
 #include "collectives/bits/kernels.h"
+#include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
 
 namespace py = pybind11;
@@ -68,6 +69,23 @@ PYBIND11_MODULE(_C, m) {
         return as_pride(backend).sign_allreduce_packed(packed, numel, options);
       },
       py::arg("backend"), py::arg("packed"), py::arg("numel"), py::arg("mode"), py::arg("algorithm") = "auto");
+
+  m.def(
+      "distributed_lion_step",
+      [](py::object backend, const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+         const std::vector<at::Tensor>& momenta, double lr, double beta1, double beta2, double weight_decay,
+         const std::string& mode, const std::string& votes, int64_t bucket_elements) {
+        PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
+        const auto options = sign_options(mode, votes, "auto");
+        TORCH_CHECK_VALUE(bucket_elements > 0, "pride DistributedLion: bucket size must be positive");
+        py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
+        pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta,
+                                                   {lr, beta1, beta2, weight_decay}, options,
+                                                   size_t(bucket_elements));
+      },
+      py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),
+      py::arg("beta2"), py::arg("weight_decay"), py::arg("mode"), py::arg("votes"), py::arg("bucket_elements"),
+      "One fused Distributed Lion step over tensors of one dtype (backend None: a world of one).");
 
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
-#include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -12,10 +11,10 @@
 
 namespace pride::torch_compat {
 
-// A completed-later Future of a list of tensors, as c10d's Work::getFuture() promises.
+// A completed-later Future of a list of tensors, as c10d's Work::getFuture() promises. CPU tensors
+// need no device list (Future's device list is for accelerator streams and must name indexed devices).
 inline c10::intrusive_ptr<c10::ivalue::Future> make_tensor_list_future() {
-  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                  std::vector<c10::Device>{c10::Device(c10::kCPU)});
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
 }  // namespace pride::torch_compat

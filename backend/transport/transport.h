@@ -60,6 +60,9 @@ class Transport {
 
   // Non-empty when the transport has seen `peer` fail (connection reset, process gone).
   virtual std::string peer_failure(int peer) const = 0;
+
+  // After a failure: close connections without waiting for peers (which may be gone or stuck).
+  virtual void close_abortively() = 0;
 };
 
 // Builds the UCX transport: creates a worker, publishes its address under `store_prefix` and connects

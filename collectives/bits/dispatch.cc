@@ -178,6 +178,13 @@ void apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int plane
   fn(x, n, count, planes, mean_params(scale, offset, nranks), apply_params(lr, wd));
 }
 
+void lion_vote(const void* g, void* m, DType dtype, size_t n, double beta1, double beta2, uint64_t* pos,
+               uint64_t* neg) {
+  const detail::LionParams p{static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
+                             static_cast<float>(1.0 - beta2)};
+  element_kernel(active().lion_vote, dtype, "lion_vote")(g, m, n, p, pos, neg);
+}
+
 size_t popcount(const uint64_t* plane, size_t n) { return active().popcount(plane, n); }
 
 size_t count_equal(const uint64_t* a, const uint64_t* b, size_t n) { return active().count_equal(a, b, n); }

@@ -26,11 +26,17 @@ struct ApplyParams {
   float lr;
 };
 
+// Lion's coefficients as float32, each computed in double like torch's python-scalar arguments.
+struct LionParams {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+};
+
 using PackBinaryFn = void (*)(const void* x, size_t n, uint64_t* plane);
 using PackTernaryFn = void (*)(const void* x, size_t n, uint64_t* pos, uint64_t* neg);
 using UnpackVoteFn = void (*)(const uint64_t* pos, const uint64_t* tie, size_t n, void* y);
 using UnpackMeanFn = void (*)(const uint64_t* count, int planes, size_t n, const MeanParams& p, void* y);
 using ApplyVoteFn = void (*)(void* x, size_t n, const uint64_t* pos, const uint64_t* tie, const ApplyParams& p);
+using LionVoteFn = void (*)(const void* g, void* m, size_t n, const LionParams& p, uint64_t* pos, uint64_t* neg);
 using ApplyMeanFn = void (*)(void* x, size_t n, const uint64_t* count, int planes, const MeanParams& m,
                              const ApplyParams& p);
 
@@ -42,6 +48,7 @@ struct KernelTable {
   UnpackMeanFn unpack_mean[kNumDTypes];
   ApplyVoteFn apply_vote[kNumDTypes];
   ApplyMeanFn apply_mean[kNumDTypes];
+  LionVoteFn lion_vote[kNumDTypes];
   void (*counter_add_plane)(uint64_t* counter, int planes, size_t nwords, const uint64_t* plane);
   void (*counter_add)(uint64_t* acc, int acc_planes, const uint64_t* other, int other_planes, size_t nwords);
   void (*count_planes)(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,

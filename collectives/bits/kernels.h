@@ -79,6 +79,13 @@ void apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint6
 void apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int planes, int scale, int64_t offset,
                 int64_t nranks, double lr, double wd);
 
+// ---- Lion's local step (Distributed Lion) ------------------------------------------------------
+// One pass over a tensor of gradients g and momentum m (same dtype): c = β1·m + (1−β1)·g is packed as
+// votes (pos: c > 0; neg, unless null: c < 0), then m ← β2·m + (1−β2)·g in place. Every product and
+// sum is a float32 operation rounded to the dtype (torch's m.mul(β1) + g.mul(1 − β1) on that dtype).
+void lion_vote(const void* g, void* m, DType dtype, size_t n, double beta1, double beta2, uint64_t* pos,
+               uint64_t* neg);
+
 // ---- Statistics ------------------------------------------------------------------------------
 size_t popcount(const uint64_t* plane, size_t n);                         // set bits among the first n
 size_t count_equal(const uint64_t* a, const uint64_t* b, size_t n);       // elements where the planes agree

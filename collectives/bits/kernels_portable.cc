@@ -5,6 +5,7 @@
 #include "collectives/bits/counters_impl.h"
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
+#include "collectives/bits/lion_impl.h"
 #include "collectives/bits/plane_stats.h"
 #include "collectives/bits/threshold_impl.h"
 
@@ -53,6 +54,7 @@ const KernelTable& portable_table() {
       {unpack_mean<F32>, unpack_mean<BF16>, unpack_mean<F16>, nullptr},
       {apply_vote<F32>, apply_vote<BF16>, apply_vote<F16>, nullptr},
       {apply_mean<F32>, apply_mean<BF16>, apply_mean<F16>, nullptr},
+      {lion_vote<F32>, lion_vote<BF16>, lion_vote<F16>, nullptr},
       counter_add_plane<Block>,
       counter_add<Block>,
       count_planes<Block>,

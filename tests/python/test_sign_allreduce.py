@@ -12,8 +12,10 @@ from distributed_harness import init_group, run
 def make(rank, dtype, n, salt=0):
     g = torch.Generator().manual_seed(7919 * rank + salt)
     x = torch.randn(n, generator=g)
+    if n == 0:
+        return x.to(dtype)
     specials = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf")])
-    idx = torch.randint(0, n, (max(1, n // 10),), generator=g)
+    idx = torch.randperm(n, generator=g)[: max(1, n // 10)]  # unique: duplicate writes race
     x[idx] = specials[torch.randint(0, 5, idx.shape, generator=g)]
     return x.to(dtype)
 
@@ -65,7 +67,9 @@ def _sign_job(rank, world, store_path):
     assert torch.equal(mean, expected(world, torch.float32, n, "mean", "binary", 4242))
     # stats count the sign-allreduce traffic
     s = pride.stats()
-    assert s["collectives"] > 0 and s["bytes_sent"] > 0 and s["bytes_received"] > 0
+    assert s["collectives"] > 0
+    if world > 1:
+        assert s["bytes_sent"] > 0 and s["bytes_received"] > 0
     dist.destroy_process_group()
 
 

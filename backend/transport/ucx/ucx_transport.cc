@@ -152,25 +152,26 @@ UcxTransport::~UcxTransport() {
 }
 
 void UcxTransport::close_endpoints() {
-  // Flush-close every endpoint; a peer that is gone (or slow to answer) is closed by force after a
-  // bounded wait so that destruction never hangs.
+  // Flush-close every endpoint so the last messages leave; after a failure (or for a failed peer)
+  // close by force. A close that has not finished by the deadline is released anyway: UCX completes
+  // and frees it inside ucp_worker_destroy, and destruction never hangs on a silent peer.
   closing_ = true;
   std::vector<void*> closing;
   for (auto& peer : peers_) {
     if (!peer || peer->ep == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = peer->failure.empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = (abortive_close_ || !peer->failure.empty()) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t req = ucp_ep_close_nbx(peer->ep, &param);
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.push_back(req);
     peer->ep = nullptr;
   }
-  auto deadline = Clock::now() + std::chrono::seconds(2);
+  auto deadline = Clock::now() + std::chrono::seconds(abortive_close_ ? 0 : 2);
   for (void* req : closing) {
     while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) {
       ucp_worker_progress(worker_);
     }
-    if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
+    ucp_request_free(req);
   }
 }
 

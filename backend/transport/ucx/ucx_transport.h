@@ -32,6 +32,7 @@ class UcxTransport final : public Transport {
   RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) override;
   bool progress() override;
   std::string peer_failure(int peer) const override;
+  void close_abortively() override { abortive_close_ = true; }
 
   ucp_worker_h worker() const { return worker_; }
 
@@ -51,6 +52,7 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   std::vector<std::unique_ptr<Peer>> peers_;
   bool closing_ = false;
+  bool abortive_close_ = false;
 };
 
 }  // namespace pride

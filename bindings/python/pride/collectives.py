@@ -51,7 +51,7 @@ def sign_allreduce(t, mode="vote", group=None, async_op=False, votes="binary"):
 def sign_allreduce_packed(bits, numel, mode="vote", group=None, async_op=False):
     """Packed binary votes in (uint8, element j = bit j % 8 of byte j // 8, bit 1 = +1), the result
     out: an int8 tensor of -1/0/+1 (vote) or float32 means (mean). With ``async_op`` returns the Work;
-    its ``result()[0]`` is the tensor once it completes.
+    ``work.get_future().value()[0]`` is the tensor once it completes.
     """
     if _not_a_member(group):
         return None
@@ -61,7 +61,7 @@ def sign_allreduce_packed(bits, numel, mode="vote", group=None, async_op=False):
     if async_op:
         return work
     work.wait()
-    return work.result()[0]
+    return work.get_future().value()[0]
 
 
 def stats(group=None):

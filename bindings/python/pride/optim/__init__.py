@@ -1,0 +1,5 @@
+"""Optimizers that communicate through pride."""
+
+from .distributed_lion import DistributedLion
+
+__all__ = ["DistributedLion"]

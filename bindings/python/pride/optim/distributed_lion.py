@@ -1,0 +1,106 @@
+"""Distributed Lion (Liu et al., NeurIPS 2024, Algorithm 1) over pride's sign-allreduce."""
+
+import torch
+import torch.distributed as dist
+
+from .. import _C
+
+_MODES = ("vote", "mean", "global")
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class DistributedLion(torch.optim.Optimizer):
+    """Each rank runs Lion on its own gradients and momentum; only the 1-bit update travels.
+
+    mode="vote" (MaVo): Δ = sign(Σ_i δ_i), the ranks' majority vote.
+    mode="mean" (Avg):  Δ = (1/N) Σ_i δ_i.
+    mode="global" (G-Lion, the baseline): gradients averaged with an fp32 allreduce, then plain Lion.
+    Every rank then applies x ← x − lr·(Δ + λ·x); replicas that start equal stay bitwise equal.
+
+    votes="binary" sends 1 bit per element (an exactly-zero local update votes −1, as in SPEC §2);
+    votes="ternary" gives torch.sign semantics (0 abstains) at about twice the traffic.
+    The step is fused in C++: parameters of one dtype are handled as one flat buffer in buckets of
+    ``bucket_mb`` MiB of parameters, packing one bucket while the previous one is on the wire.
+    Momentum is per rank: save and load each rank's state_dict on the same number of ranks.
+    """
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
+                 votes="binary", bucket_mb=4.0):
+        if not lr >= 0.0:
+            raise ValueError(f"DistributedLion: invalid learning rate {lr}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"DistributedLion: invalid betas {betas}")
+        if not weight_decay >= 0.0:
+            raise ValueError(f"DistributedLion: invalid weight_decay {weight_decay}")
+        if mode not in _MODES:
+            raise ValueError(f"DistributedLion: mode must be one of {_MODES}, got {mode!r}")
+        if votes not in ("binary", "ternary"):
+            raise ValueError(f"DistributedLion: votes must be 'binary' or 'ternary', got {votes!r}")
+        if not bucket_mb > 0:
+            raise ValueError(f"DistributedLion: bucket_mb must be positive, got {bucket_mb}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
+        self.mode = mode
+        self.group = group
+        self.votes = votes
+        self.bucket_mb = bucket_mb
+
+    def _backend(self):
+        """The group's pride backend, or None for a world of one (no process group)."""
+        if not dist.is_initialized():
+            if self.group is not None:
+                raise RuntimeError("DistributedLion: a group was given but torch.distributed is not initialized")
+            return None
+        from ..collectives import _pride_backend
+
+        return _pride_backend(self.group, "optim.DistributedLion")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        backend = self._backend()
+        for group in self.param_groups:
+            by_dtype = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue  # parameters without a gradient take no step (and cast no vote)
+                if p.grad.is_sparse:
+                    raise RuntimeError("DistributedLion does not support sparse gradients")
+                if p.dtype not in _DTYPES:
+                    raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got {p.dtype}")
+                state = self.state[p]
+                if "exp_avg" not in state:
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                by_dtype.setdefault(p.dtype, []).append(p)
+            for dtype, params in by_dtype.items():
+                grads = [p.grad.contiguous() for p in params]
+                momenta = [self.state[p]["exp_avg"] for p in params]
+                if self.mode == "global":
+                    # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
+                    grads = self._averaged(grads)
+                    target, mode, votes = None, "vote", "ternary"
+                else:
+                    target, mode, votes = backend, self.mode, self.votes
+                _C.distributed_lion_step(
+                    target, params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
+                    float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
+                    self._bucket_elements(dtype))
+        return loss
+
+    def _bucket_elements(self, dtype):
+        return max(64, int(self.bucket_mb * (1 << 20)) // torch.empty(0, dtype=dtype).element_size())
+
+    def _averaged(self, grads):
+        """G-Lion: the mean gradient over the group, all-reduced in float32 (one flat buffer)."""
+        if not dist.is_initialized() or dist.get_world_size(self.group) == 1:
+            return grads
+        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
+        flat /= dist.get_world_size(self.group)
+        out, offset = [], 0
+        for g in grads:
+            out.append(flat[offset:offset + g.numel()].view_as(g).to(g.dtype))
+            offset += g.numel()
+        return out

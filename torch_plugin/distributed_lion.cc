@@ -1,0 +1,148 @@
+#include "torch_plugin/distributed_lion.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "torch_plugin/pride_backend.h"
+#include "torch_plugin/tensor_types.h"
+
+namespace pride::torch_plugin {
+namespace {
+
+constexpr size_t kWord = 64;
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+// One bucket: a word-aligned range of the flat index space, its packed votes and, once the
+// sign-allreduce is done, its result planes.
+struct Bucket {
+  size_t begin = 0;  // flat element index, a multiple of 64
+  size_t size = 0;   // elements (the last bucket may end mid-word)
+  std::vector<uint64_t> votes;
+  SignResult result;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+// The part of tensor i that falls in [begin, end) of the flat index space.
+struct Piece {
+  size_t tensor;
+  size_t offset;  // first element inside the tensor
+  size_t size;
+  size_t flat;    // its flat index
+};
+
+std::vector<Piece> pieces_in(const std::vector<size_t>& starts, const std::vector<int64_t>& sizes, size_t begin,
+                             size_t end) {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t lo = std::max(begin, starts[i]), hi = std::min(end, starts[i] + size_t(sizes[i]));
+    if (lo < hi) out.push_back({i, lo - starts[i], hi - lo, lo});
+  }
+  return out;
+}
+
+// What a world of one computes: the result planes of one rank's own votes.
+SignResult local_result(const std::vector<uint64_t>& votes, size_t numel, const SignOptions& options) {
+  SignResult r;
+  r.plan = SignPlan::make(1, options.mode, options.votes);
+  r.numel = numel;
+  r.nwords = bits::words_for(numel);
+  r.planes.assign(size_t(r.plan.result_planes) * r.nwords, 0);
+  r.plan.finalize(votes.data(), 1, r.nwords, r.planes.data(), r.nwords);
+  return r;
+}
+
+void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                   const std::vector<at::Tensor>& momenta) {
+  TORCH_CHECK_VALUE(params.size() == grads.size() && params.size() == momenta.size(),
+                    "pride DistributedLion: ", params.size(), " parameters, ", grads.size(), " gradients and ",
+                    momenta.size(), " momentum buffers");
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (const at::Tensor* t : {&params[i], &grads[i], &momenta[i]}) {
+      check_cpu_tensor(*t, "DistributedLion");
+      TORCH_CHECK_VALUE(t->is_contiguous(), "pride DistributedLion: tensors must be contiguous");
+      TORCH_CHECK_TYPE(t->scalar_type() == params[0].scalar_type(), "pride DistributedLion: one dtype per call, got ",
+                       params[0].scalar_type(), " and ", t->scalar_type());
+      TORCH_CHECK_VALUE(t->numel() == params[i].numel(), "pride DistributedLion: parameter ", i, " has ",
+                        params[i].numel(), " elements, its gradient or momentum ", t->numel());
+    }
+  }
+}
+
+}  // namespace
+
+void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
+                           const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
+                           const LionHyper& hyper, const SignOptions& options, size_t bucket_elements) {
+  check_tensors(params, grads, momenta);
+  if (params.empty()) return;
+  const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "DistributedLion");
+  const size_t elem = bits::dtype_size(dtype);
+  const int counters = options.votes == VoteKind::kBinary ? 1 : 2;
+
+  std::vector<size_t> starts;
+  std::vector<int64_t> sizes;
+  size_t total = 0;
+  for (const auto& p : params) {
+    starts.push_back(total);
+    sizes.push_back(p.numel());
+    total += round_up(size_t(p.numel()), kWord);
+  }
+  if (total == 0) return;
+  bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
+
+  std::vector<std::shared_ptr<Bucket>> buckets;
+  for (size_t begin = 0; begin < total; begin += bucket_elements) {
+    auto b = std::make_shared<Bucket>();
+    b->begin = begin;
+    b->size = std::min(bucket_elements, total - begin);
+    const size_t nwords = bits::words_for(b->size);
+    b->votes.assign(size_t(counters) * nwords, 0);
+    // 1. pack: the local Lion step of every tensor piece in the bucket.
+    for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
+      const size_t word = (pc.flat - b->begin) / kWord;
+      const auto* g = static_cast<const char*>(grads[pc.tensor].data_ptr()) + pc.offset * elem;
+      auto* m = static_cast<char*>(momenta[pc.tensor].data_ptr()) + pc.offset * elem;
+      bits::lion_vote(g, m, dtype, pc.size, hyper.beta1, hyper.beta2, b->votes.data() + word,
+                      counters == 2 ? b->votes.data() + nwords + word : nullptr);
+    }
+    // 2. vote: queued on the group's worker; the next bucket is packed meanwhile.
+    if (backend == nullptr) {
+      b->result = local_result(b->votes, b->size, options);
+    } else {
+      b->work = backend->run_on_worker("pride:distributed_lion", {}, [b, options](Communicator& comm) {
+        b->result = sign_allreduce_planes(comm, b->votes.data(), b->size, options, 0x11);
+      });
+    }
+    buckets.push_back(std::move(b));
+  }
+
+  // 3. apply, bucket by bucket as results arrive.
+  for (const auto& b : buckets) {
+    if (b->work) b->work->wait();  // rethrows the engine's error
+    const SignResult& r = b->result;
+    for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
+      const size_t word = (pc.flat - b->begin) / kWord;
+      auto* x = static_cast<char*>(params[pc.tensor].data_ptr()) + pc.offset * elem;
+      if (r.plan.mode == SignMode::kVote) {
+        const uint64_t* tie = r.tie_plane();
+        bits::apply_vote(x, dtype, pc.size, r.plane(0) + word, tie ? tie + word : nullptr, hyper.lr,
+                         hyper.weight_decay);
+      } else {
+        // apply_mean reads planes packed for exactly this piece: gather its words from each plane.
+        const size_t piece_words = bits::words_for(pc.size);
+        std::vector<uint64_t> count(size_t(r.plan.result_planes) * piece_words);
+        for (int p = 0; p < r.plan.result_planes; ++p) {
+          std::memcpy(count.data() + size_t(p) * piece_words, r.plane(p) + word, piece_words * 8);
+        }
+        bits::apply_mean(x, dtype, pc.size, count.data(), r.plan.result_planes, r.plan.mean_scale,
+                         r.plan.mean_offset, r.plan.nranks, hyper.lr, hyper.weight_decay);
+      }
+    }
+  }
+}
+
+}  // namespace pride::torch_plugin

@@ -1,0 +1,39 @@
+// The fused step of Distributed Lion (SPEC §1, Algorithm 1 of Liu et al. 2024) over a list of
+// tensors of one dtype, treated as one flat buffer:
+//
+//   1. pack   (caller's thread) bucket by bucket, one pass each: the local Lion update's vote and
+//             the new momentum (bits::lion_vote);
+//   2. vote   (the group's worker thread) a sign-allreduce of each bucket's packed votes, queued as
+//             soon as the bucket is packed, so communicating bucket k overlaps packing bucket k+1;
+//   3. apply  (caller's thread) x ← x·(1 − lr·λ) − lr·Δ straight from each bucket's result planes
+//             (bits::apply_vote / apply_mean), while later buckets are still on the wire.
+//
+// Each tensor starts at a 64-element boundary of the flat index space, so every piece of a tensor
+// in a bucket starts on a whole word of the planes; the few padding bits between tensors vote like
+// any element and are never applied.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "collectives/engine/sign/sign_allreduce.h"
+
+namespace pride::torch_plugin {
+
+class PrideBackend;
+
+struct LionHyper {
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double weight_decay = 0.0;
+};
+
+// backend == nullptr: a world of one (no communication), e.g. no process group, or the G-Lion
+// baseline's local step on already-averaged gradients. Blocks until every bucket is applied.
+void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
+                           const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
+                           const LionHyper& hyper, const SignOptions& options, size_t bucket_elements);
+
+}  // namespace pride::torch_plugin
