@@ -1,0 +1,493 @@
+"""Distributed Lion on local workers: D-Lion (MaVo, Avg) against G-Lion and G-AdamW.
+
+Trains the same small CNN on scikit-learn's handwritten digits (8x8 images, shipped inside the
+scikit-learn package: nothing is downloaded) with four optimizer configurations, data parallel over
+``--workers`` local processes that form a "pride" process group:
+
+  D-Lion MaVo   pride.optim.DistributedLion(mode="vote"): each worker sends the 1-bit signs of its
+                local Lion update, every worker applies the majority vote
+  D-Lion Avg    pride.optim.DistributedLion(mode="mean"): ... applies the mean of the signs
+  G-Lion        pride.optim.DistributedLion(mode="global"): gradients averaged by an fp32 allreduce,
+                then plain Lion
+  G-AdamW       torch.optim.AdamW on gradients averaged by an fp32 allreduce
+
+and reports the final test accuracy, the bytes each worker sends per training step (from
+pride.stats()) and the time per step, in OUT/results.md, OUT/results.json and PNG plots.
+
+    python examples/distributed_lion_demo.py                 # 4 workers, defaults below
+    python examples/distributed_lion_demo.py --seeds 3       # mean and spread over 3 seeds
+    python examples/distributed_lion_demo.py --quick         # 2 workers, 1 epoch, tiny model
+
+The script launches its workers itself (multiprocessing "spawn" + a FileStore); no torchrun needed.
+"""
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import queue
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pride  # registers the "pride" torch.distributed backend
+from pride.optim import DistributedLion
+
+CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "G-Lion", "G-AdamW"]
+LION_MODE = {"D-Lion MaVo": "vote", "D-Lion Avg": "mean", "G-Lion": "global"}
+BASELINE = "G-AdamW"  # bytes are compared against it
+REFERENCE = "G-Lion"  # accuracy is compared against it (SPEC §5)
+
+# Targets of the demo issue / SPEC §5, checked (not assumed) in the report.
+ACCURACY_TOLERANCE_POINTS = 1.5
+BYTES_REDUCTION_TARGET = 20.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " Compares final test accuracy, bytes sent per worker "
+        "per step and time per step; writes a markdown table, JSON and plots to --out.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--workers", type=int, default=4, help="local worker processes (data-parallel ranks)")
+    p.add_argument("--epochs", type=int, default=15, help="training epochs per configuration")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="repeat everything with seeds 0..SEEDS-1 (train/test split, init, shuffling); "
+                        "the table reports mean ± std over seeds")
+    p.add_argument("--width", type=int, default=32,
+                   help="model size: channels of the first conv layer (the CNN has width, 2·width, "
+                        "2·width channels; parameters grow as width²)")
+    p.add_argument("--batch-size", type=int, default=32, help="samples per worker per step")
+    p.add_argument("--lion-lr", type=float, default=1e-3, help="peak learning rate of the three Lion configs (cosine decay to 0)")
+    p.add_argument("--lion-wd", type=float, default=0.1, help="decoupled weight decay of the Lion configs")
+    p.add_argument("--adamw-lr", type=float, default=3e-3, help="peak learning rate of G-AdamW (cosine decay to 0)")
+    p.add_argument("--adamw-wd", type=float, default=0.01, help="weight decay of G-AdamW")
+    p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather"],
+                   help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers). direct is the "
+                        "bandwidth-optimal one (SPEC §4), what a bandwidth-bound multi-host job uses; "
+                        "auto lets the cost model choose, and on one host it picks the latency-friendly "
+                        "allgather (N-1 bits per element) for a model this small. All give identical "
+                        "results, so only bytes and time change")
+    p.add_argument("--out", default="results", help="directory for results.md, results.json and the plots")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds before the whole run is declared hung and its workers are killed")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny smoke run: 2 workers, 1 epoch, width 8, 1 seed (overrides those flags)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.workers, args.epochs, args.width, args.seeds = 2, 1, 8, 1
+    if args.workers < 1 or args.epochs < 1 or args.seeds < 1 or args.width < 1 or args.batch_size < 1:
+        p.error("--workers, --epochs, --seeds, --width and --batch-size must be positive")
+    return args
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: scikit-learn's digits, split by seed, sharded by rank
+
+
+def load_digits_split(seed, test_fraction=0.2):
+    """(x_train, y_train, x_test, y_test) as tensors; images 1x8x8, standardised with train statistics."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
+    mean, std = x_tr.mean(), x_tr.std()
+
+    def to_tensors(images, labels):
+        images = torch.tensor((images - mean) / std, dtype=torch.float32).view(-1, 1, 8, 8)
+        return images, torch.tensor(labels, dtype=torch.long)
+
+    return (*to_tensors(x_tr, y_tr), *to_tensors(x_te, y_te))
+
+
+def epoch_batches(num_samples, batch_size, rank, world, seed, epoch):
+    """This rank's index batches for one epoch, like DistributedSampler(drop_last=True): one shared
+    permutation (same seed on every rank), rank r takes every world-th sample from r. Every rank gets
+    the same number of batches, so every rank issues the same sequence of collectives."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    per_rank = num_samples // world
+    mine = torch.randperm(num_samples, generator=g)[rank:per_rank * world:world]
+    return list(mine.split(batch_size))
+
+
+# --------------------------------------------------------------------------------------------------
+# Model
+
+
+def make_model(width):
+    """A small CNN: 8x8 -> 4x4 -> 2x2. No BatchNorm: its running statistics would be computed from each
+    rank's own shard and make the replicas differ, which D-Lion's premise (identical x) excludes."""
+    w2 = 2 * width
+    return nn.Sequential(
+        nn.Conv2d(1, width, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(width, w2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(w2, w2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(w2 * 2 * 2, 10),
+    )
+
+
+@torch.no_grad()
+def test_accuracy(model, x, y):
+    model.eval()
+    acc = (model(x).argmax(1) == y).float().mean().item()
+    model.train()
+    return 100.0 * acc
+
+
+# --------------------------------------------------------------------------------------------------
+# Optimizers
+
+
+class GradientAllreduce:
+    """The G-* baselines' communication: average the gradients of all ranks in fp32 before the local
+    optimizer step, in one flat buffer (one allreduce per step, like a single DDP bucket)."""
+
+    def __init__(self, params, world):
+        self.params = [p for p in params if p.requires_grad]
+        self.world = world
+
+    @torch.no_grad()
+    def __call__(self):
+        grads = [p.grad for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)  # SUM then divide: the same bytes as AVG, and every backend has SUM
+        flat.div_(self.world)
+        for g, avg in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(avg.view_as(g))
+
+
+def make_optimizer(config, model, args, world):
+    """(optimizer, hook run between backward and step or None)."""
+    if config == BASELINE:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.adamw_lr, weight_decay=args.adamw_wd)
+        return opt, GradientAllreduce(model.parameters(), world)
+    opt = DistributedLion(model.parameters(), lr=args.lion_lr, weight_decay=args.lion_wd,
+                          mode=LION_MODE[config])
+    return opt, None  # DistributedLion communicates inside step()
+
+
+# --------------------------------------------------------------------------------------------------
+# One configuration on one rank
+
+
+def train_config(config, seed, data, args, rank, world):
+    """Trains one configuration; returns this rank's measurements (rank 0 adds test accuracy)."""
+    x_tr, y_tr, x_te, y_te = data
+    torch.manual_seed(seed)
+    model = make_model(args.width)
+    pride.broadcast_parameters(model.state_dict(), root_rank=0)  # identical start on every rank
+    opt, before_step = make_optimizer(config, model, args, world)
+    steps_per_epoch = math.ceil(len(y_tr) // world / args.batch_size)
+    total_steps = steps_per_epoch * args.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / total_steps)))
+    warmup = min(5, total_steps // 2)  # first steps pay for allocations and connection set-up
+
+    rec = {"loss": [], "accuracy": [], "step_s": [], "bytes_sent": 0, "steps": 0, "algorithms": []}
+    bar = progress_bar(rank, total_steps, f"seed {seed} {config:<11}")
+    for epoch in range(args.epochs):
+        dist.barrier()  # rank 0 may still be evaluating; don't count that wait as step time
+        pride.reset_stats()  # count the training steps' traffic only
+        for idx in epoch_batches(len(y_tr), args.batch_size, rank, world, seed, epoch):
+            start = time.perf_counter()
+            loss = F.cross_entropy(model(x_tr[idx]), y_tr[idx])
+            opt.zero_grad()
+            loss.backward()
+            if before_step is not None:
+                before_step()
+            opt.step()
+            rec["step_s"].append(time.perf_counter() - start)
+            sched.step()
+            rec["loss"].append(loss.item())
+            bar.update()
+        traffic = pride.stats()
+        rec["bytes_sent"] += traffic["bytes_sent"]
+        rec["algorithms"] = sorted(k for k, v in traffic["per_algorithm"].items() if v["calls"])
+        rec["steps"] += steps_per_epoch
+        if rank == 0:
+            rec["accuracy"].append(test_accuracy(model, x_te, y_te))
+            bar.set_postfix(epoch=epoch + 1, loss=f"{rec['loss'][-1]:.3f}", acc=f"{rec['accuracy'][-1]:.1f}%")
+    bar.close()
+    rec["step_s"] = rec["step_s"][warmup:]
+    rec["replica_max_abs_diff"] = replica_divergence(model)
+    return rec
+
+
+def replica_divergence(model):
+    """Largest |x_rank - x_0| over all parameters: 0 when the ranks hold identical replicas."""
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return max((g - gathered[0]).abs().max().item() for g in gathered)
+
+
+def progress_bar(rank, total, desc):
+    """tqdm on rank 0; the other ranks stay quiet."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, disable=rank != 0, dynamic_ncols=True, leave=True)
+
+
+def combine_ranks(rec):
+    """Gathers every rank's record to rank 0: loss per step and step time averaged over ranks, bytes
+    per step averaged over steps and ranks. Returns the combined record on rank 0, None elsewhere."""
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, rec)
+    if dist.get_rank() != 0:
+        return None
+    n = len(everyone)
+    return {
+        "accuracy": rec["accuracy"],
+        "final_accuracy": rec["accuracy"][-1],
+        "loss": [sum(r["loss"][i] for r in everyone) / n for i in range(len(rec["loss"]))],
+        "bytes_per_step": sum(r["bytes_sent"] / r["steps"] for r in everyone) / n,
+        "ms_per_step": 1e3 * sum(sum(r["step_s"]) / max(1, len(r["step_s"])) for r in everyone) / n,
+        "replica_max_abs_diff": rec["replica_max_abs_diff"],
+        "algorithms": rec["algorithms"],
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Workers and their launcher
+
+
+def worker(rank, world, store_path, args, results):
+    """One rank: joins the pride group, trains every (seed, config), rank 0 reports the records."""
+    try:
+        torch.set_num_threads(1)  # workers share the machine's cores; oversubscribed threads only thrash
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group("pride", store=store, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=120))
+        runs = []
+        for seed in range(args.seeds):
+            data = load_digits_split(seed)
+            for config in CONFIGS:
+                combined = combine_ranks(train_config(config, seed, data, args, rank, world))
+                if rank == 0:
+                    runs.append({"seed": seed, "config": config, **combined})
+        dist.destroy_process_group()
+        results.put((rank, None, runs if rank == 0 else None))
+    except BaseException:  # noqa: BLE001 - every failure goes to the parent with its traceback
+        results.put((rank, traceback.format_exc(), None))
+        raise SystemExit(1)
+
+
+def launch(args):
+    """Runs ``args.workers`` workers; returns rank 0's runs or raises with the failed ranks' tracebacks.
+    A worker that dies makes its peers' collectives fail within the group timeout; whatever is
+    still alive at --timeout (or shortly after a failure) is killed, so the demo never hangs."""
+    os.environ["PRIDE_ALGO"] = args.algo  # read by the workers' pride backends (spawn inherits it)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="pride-demo-") as tmp:
+        store_path = os.path.join(tmp, "store")
+        procs = [ctx.Process(target=worker, args=(r, args.workers, store_path, args, results), daemon=True)
+                 for r in range(args.workers)]
+        for p in procs:
+            p.start()
+        outcome, runs = collect(procs, results, args.timeout)
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    failed = {r: err for r, err in outcome.items() if err}
+    if failed or runs is None:
+        details = "\n".join(f"--- rank {r} ---\n{e}" for r, e in sorted(failed.items()))
+        raise RuntimeError(f"the demo's workers failed:\n{details}")
+    return runs
+
+
+def collect(procs, results, timeout):
+    """Waits for every worker's report: ({rank: traceback or None}, rank 0's runs)."""
+    outcome, runs = {}, None
+    deadline = time.monotonic() + timeout
+    grace_after_failure = 30.0  # time for the surviving ranks to notice and report their own error
+    while len(outcome) < len(procs) and time.monotonic() < deadline:
+        try:
+            rank, err, payload = results.get(timeout=0.5)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs):
+                break
+            continue
+        outcome[rank] = err
+        if rank == 0 and err is None:
+            runs = payload
+        if err is not None:
+            deadline = min(deadline, time.monotonic() + grace_after_failure)
+    for r, p in enumerate(procs):
+        if r not in outcome:
+            outcome[r] = (f"no report (exit code {p.exitcode})" if not p.is_alive()
+                          else "hung: killed after the deadline")
+    return outcome, runs
+
+
+# --------------------------------------------------------------------------------------------------
+# Report: results.json, results.md, plots
+
+
+def summarize(runs):
+    """Per config: mean and std over seeds of accuracy, bytes and time, and the curves averaged over seeds."""
+    summary = {}
+    for config in CONFIGS:
+        mine = [r for r in runs if r["config"] == config]
+        acc = torch.tensor([r["final_accuracy"] for r in mine], dtype=torch.float64)
+        summary[config] = {
+            "accuracy_mean": acc.mean().item(),
+            "accuracy_std": acc.std().item() if len(mine) > 1 else 0.0,
+            "accuracy_per_seed": acc.tolist(),
+            "bytes_per_step": sum(r["bytes_per_step"] for r in mine) / len(mine),
+            "ms_per_step": sum(r["ms_per_step"] for r in mine) / len(mine),
+            "accuracy_curve": torch.tensor([r["accuracy"] for r in mine]).mean(0).tolist(),
+            "loss_curve": torch.tensor([r["loss"] for r in mine]).mean(0).tolist(),
+            "replica_max_abs_diff": max(r["replica_max_abs_diff"] for r in mine),
+        }
+    base = summary[BASELINE]["bytes_per_step"]
+    for s in summary.values():
+        s["bytes_reduction_vs_baseline"] = base / s["bytes_per_step"] if s["bytes_per_step"] else math.inf
+    return summary
+
+
+def check_targets(summary):
+    """[(target, measured, met)] for the demo's targets."""
+    ref = summary[REFERENCE]["accuracy_mean"]
+    rows = []
+    for config in ("D-Lion MaVo", "D-Lion Avg"):
+        gap = summary[config]["accuracy_mean"] - ref
+        rows.append((f"{config} accuracy within {ACCURACY_TOLERANCE_POINTS} points of {REFERENCE}",
+                     f"{gap:+.2f} points", gap >= -ACCURACY_TOLERANCE_POINTS))
+    for config in ("D-Lion MaVo", "D-Lion Avg"):
+        red = summary[config]["bytes_reduction_vs_baseline"]
+        rows.append((f"{config} bytes/step ≥ {BYTES_REDUCTION_TARGET:g}× fewer than {BASELINE}",
+                     f"{red:.1f}×", red >= BYTES_REDUCTION_TARGET))
+    return rows
+
+
+def machine_description():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, torch {torch.__version__}")
+
+
+def write_markdown(path, summary, targets, args, command, machine, wall_s):
+    seeds = ", ".join(str(s) for s in range(args.seeds))
+    lines = [
+        "# Distributed Lion demo",
+        "",
+        f"`{command}`",
+        "",
+        f"{args.workers} workers, CNN width {args.width} "
+        f"({sum(p.numel() for p in make_model(args.width).parameters()):,} parameters), "
+        f"{args.epochs} epochs, batch {args.batch_size} per worker, seeds {seeds}, "
+        f"sign-allreduce algorithm {args.algo}; "
+        f"scikit-learn digits (1797 images 8x8, 20% held out). Machine: {machine}. "
+        f"Wall time {wall_s:.0f} s.",
+        "",
+        f"| config | test accuracy % (mean ± std over {args.seeds} seed{'s' * (args.seeds > 1)}) "
+        f"| bytes sent / step / worker | {BASELINE} bytes ÷ config bytes | ms / step |",
+        "|---|---|---|---|---|",
+    ]
+    for config, s in summary.items():
+        lines.append(f"| {config} | {s['accuracy_mean']:.2f} ± {s['accuracy_std']:.2f} "
+                     f"| {s['bytes_per_step']:,.0f} | {s['bytes_reduction_vs_baseline']:.1f}× "
+                     f"| {s['ms_per_step']:.2f} |")
+    lines += ["", "| target | measured | status |", "|---|---|---|"]
+    lines += [f"| {t} | {m} | {'met' if ok else 'missed'} |" for t, m, ok in targets]
+    lines += [
+        "",
+        "Bytes are `pride.stats()['bytes_sent']` over the training steps only (evaluation and set-up "
+        "excluded), averaged over steps and workers. ms/step is the wall time of forward, backward, "
+        "communication and update, averaged over steps after a warm-up and over workers.",
+        "",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def write_plots(out, summary, args):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for config, s in summary.items():
+        ax.plot(range(1, args.epochs + 1), s["accuracy_curve"], marker="o", label=config)
+    ax.set(xlabel="epoch", ylabel="test accuracy (%)", title="Test accuracy (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "accuracy.png"), dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for config, s in summary.items():
+        ax.plot(range(1, len(s["loss_curve"]) + 1), s["loss_curve"], label=config, alpha=0.85)
+    ax.set(xlabel="step", ylabel="training loss", yscale="log",
+           title="Training loss (mean over workers and seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "loss.png"), dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    names = list(summary)
+    values = [summary[c]["bytes_per_step"] for c in names]
+    bars = ax.bar(names, values, color=["tab:blue", "tab:orange", "tab:green", "tab:red"])
+    ax.bar_label(bars, labels=[f"{v / 1024:,.1f} KiB" for v in values])
+    ax.set(yscale="log", ylim=(min(values) / 2, max(values) * 3), ylabel="bytes sent per step per worker",
+           title=f"Communication per step ({args.workers} workers)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "bytes.png"), dpi=120)
+    plt.close(fig)
+
+
+def report(runs, args, wall_s):
+    os.makedirs(args.out, exist_ok=True)
+    summary = summarize(runs)
+    targets = check_targets(summary)
+    command = "python " + shlex.join(sys.argv)
+    machine = machine_description()
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"command": command, "machine": machine, "args": vars(args), "wall_s": wall_s,
+                   "summary": summary, "targets": targets, "runs": runs}, f, indent=1)
+    write_markdown(os.path.join(args.out, "results.md"), summary, targets, args, command, machine, wall_s)
+    write_plots(args.out, summary, args)
+    return summary, targets
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    start = time.monotonic()
+    runs = launch(args)
+    summary, targets = report(runs, args, time.monotonic() - start)
+    with open(os.path.join(args.out, "results.md")) as f:
+        print(f.read())
+    print(f"wrote {args.out}/results.md, results.json, accuracy.png, loss.png, bytes.png")
+    for config, s in summary.items():
+        if s["replica_max_abs_diff"] != 0.0:
+            print(f"warning: {config}: replicas differ by up to {s['replica_max_abs_diff']:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
