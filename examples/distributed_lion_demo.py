@@ -71,9 +71,11 @@ def parse_args(argv=None):
                    help="model size: channels of the first conv layer (the CNN has width, 2·width, "
                         "2·width channels; parameters grow as width²)")
     p.add_argument("--batch-size", type=int, default=32, help="samples per worker per step")
-    p.add_argument("--lion-lr", type=float, default=1e-3, help="peak learning rate of the three Lion configs (cosine decay to 0)")
+    p.add_argument("--lion-lr", type=float, default=1e-3,
+                   help="peak learning rate of the three Lion configs (cosine decay to 0)")
     p.add_argument("--lion-wd", type=float, default=0.1, help="decoupled weight decay of the Lion configs")
-    p.add_argument("--adamw-lr", type=float, default=3e-3, help="peak learning rate of G-AdamW (cosine decay to 0)")
+    p.add_argument("--adamw-lr", type=float, default=3e-3,
+                   help="peak learning rate of G-AdamW (cosine decay to 0)")
     p.add_argument("--adamw-wd", type=float, default=0.01, help="weight decay of G-AdamW")
     p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather"],
                    help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers). direct is the "
