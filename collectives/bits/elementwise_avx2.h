@@ -247,7 +247,8 @@ void lion_update8(typename A::Scalar::T* x, __m256 delta, const ApplyParams& a) 
 }
 
 template <class A>
-void apply_vote(void* xv, size_t n, const uint64_t* pos, const uint64_t* tie, const ApplyParams& a) {
+void apply_vote(void* xv, size_t n, const uint64_t* pos, const uint64_t* tie, const ApplyParams& given) {
+  const ApplyParams a = with_dtype_lr<typename A::Scalar>(given);
   auto* x = static_cast<typename A::Scalar::T*>(xv);
   const size_t full = n / 64;
   for (size_t w = 0; w < full; ++w)
@@ -256,7 +257,9 @@ void apply_vote(void* xv, size_t n, const uint64_t* pos, const uint64_t* tie, co
 }
 
 template <class A>
-void apply_mean(void* xv, size_t n, const uint64_t* count, int planes, const MeanParams& m, const ApplyParams& a) {
+void apply_mean(void* xv, size_t n, const uint64_t* count, int planes, const MeanParams& m,
+                const ApplyParams& given) {
+  const ApplyParams a = with_dtype_lr<typename A::Scalar>(given);
   auto* x = static_cast<typename A::Scalar::T*>(xv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;

@@ -67,6 +67,13 @@ void unpack_mean_from(const uint64_t* count, int planes, size_t n, size_t begin,
   for (size_t i = begin; i < n; ++i) y[i] = Tr::from_f32(mean_at(count, planes, nwords, m, i));
 }
 
+// torch keeps mul_'s scalar in float32 but rounds add_'s alpha to the tensor's dtype first; the
+// apply kernels take lr through this so that bf16/fp16 steps match p.add_(delta, alpha=-lr).
+template <class Tr>
+ApplyParams with_dtype_lr(const ApplyParams& a) {
+  return {a.factor, Tr::to_f32(Tr::from_f32(a.lr))};
+}
+
 // x1 = round(x * factor); x2 = round(x1 - lr * delta), each operation in float32 and each result
 // rounded to the dtype, like torch's p.mul_(factor).add_(delta, alpha=-lr) on that dtype.
 template <class Tr>
@@ -78,7 +85,8 @@ typename Tr::T lion_update(typename Tr::T x, float delta, const ApplyParams& a) 
 
 template <class Tr>
 void apply_vote_from(void* xv, size_t n, size_t begin, const uint64_t* pos, const uint64_t* tie,
-                     const ApplyParams& a) {
+                     const ApplyParams& given) {
+  const ApplyParams a = with_dtype_lr<Tr>(given);
   auto* x = static_cast<typename Tr::T*>(xv);
   for (size_t i = begin; i < n; ++i) x[i] = lion_update<Tr>(x[i], vote_at(pos, tie, i), a);
 }
@@ -86,7 +94,8 @@ void apply_vote_from(void* xv, size_t n, size_t begin, const uint64_t* pos, cons
 // delta is the mean rounded to the dtype first, as if unpack_mean had produced a delta tensor.
 template <class Tr>
 void apply_mean_from(void* xv, size_t n, size_t begin, const uint64_t* count, int planes, const MeanParams& m,
-                     const ApplyParams& a) {
+                     const ApplyParams& given) {
+  const ApplyParams a = with_dtype_lr<Tr>(given);
   auto* x = static_cast<typename Tr::T*>(xv);
   const size_t nwords = (n + 63) / 64;
   for (size_t i = begin; i < n; ++i) {

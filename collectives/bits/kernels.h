@@ -73,7 +73,8 @@ void unpack_mean(const uint64_t* count, int planes, size_t n, int scale, int64_t
 // ---- Fused apply of the optimizer update (Distributed Lion) -----------------------------------
 // x <- x * (1 - lr*wd) - lr * delta, in two roundings like torch's p.mul_(1 - lr*wd).add_(delta, alpha=-lr):
 //   factor = float(1.0 - lr*wd) (computed in double), x1 = round(float(x) * factor),
-//   x2 = round(float(x1) - float(lr) * delta)   (float32 arithmetic, rounding to dtype after each op).
+//   x2 = round(float(x1) - lr_d * delta)   (float32 arithmetic, rounding to dtype after each op), where
+//   lr_d = float(lr) rounded to the dtype: torch rounds add_'s alpha to the tensor's dtype.
 // delta as in unpack_vote (vote) or unpack_mean (mean, delta rounded to dtype first). No delta tensor exists.
 void apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr, double wd);
 void apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int planes, int scale, int64_t offset,

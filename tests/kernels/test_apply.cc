@@ -15,11 +15,14 @@ struct Hyper {
 };
 const Hyper kHypers[] = {{1e-4, 0.0}, {3e-3, 0.1}, {0.5, 1.0}, {1.0, 0.0}};
 
-// x1 = round(x * float(1 - lr*wd)), x2 = round(x1 - float(lr) * delta), in dtype.
+// x1 = round(x * float(1 - lr*wd)), x2 = round(x1 - lr_d * delta), in dtype, where lr_d is float(lr)
+// rounded to the dtype (torch rounds add_'s alpha to the tensor's dtype; mul_'s scalar it does not).
 void expected_update(DType dtype, uint8_t* x, size_t j, float delta, const Hyper& h) {
   const float factor = static_cast<float>(1.0 - h.lr * h.wd);
   store_float(dtype, to_float(dtype, x, j) * factor, x, j);
-  const float step = static_cast<float>(h.lr) * delta;
+  uint8_t lr_d[4];
+  store_float(dtype, static_cast<float>(h.lr), lr_d, 0);
+  const float step = to_float(dtype, lr_d, 0) * delta;
   store_float(dtype, to_float(dtype, x, j) - step, x, j);
 }
 

@@ -1,0 +1,177 @@
+"""pride.optim.DistributedLion: exact against plain Lion on one rank, identical replicas and an
+all-ranks oracle on several, checkpoints that resume exactly."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from distributed_harness import init_group, run
+
+
+def plain_lion_step(params, grads, momenta, lr, betas, wd):
+    """Lion written the obvious way, one rounding per tensor op."""
+    b1, b2 = betas
+    for p, g, m in zip(params, grads, momenta):
+        c = m.mul(b1) + g.mul(1 - b1)
+        p.mul_(1 - lr * wd)
+        p.add_(torch.sign(c), alpha=-lr)
+        m.copy_(m.mul(b2) + g.mul(1 - b2))
+
+
+def make_model(dtype, seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.Linear(17, 5), torch.nn.Linear(5, 5))
+    return model.to(dtype)
+
+
+def grads_for(model, rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return [torch.randn(p.shape, generator=g).to(p.dtype) for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["vote", "mean"])
+def test_one_process_equals_plain_lion(dtype, mode):
+    from pride.optim import DistributedLion
+
+    model, ref = make_model(dtype), make_model(dtype)
+    params = list(model.parameters())
+    # two param groups with their own hyper-parameters; the last parameter never gets a gradient
+    opt = DistributedLion([{"params": params[:2], "lr": 0.01}, {"params": params[2:], "weight_decay": 0.1}],
+                          lr=0.003, betas=(0.9, 0.99), mode=mode, bucket_mb=1e-4)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref_params = list(ref.parameters())
+    ref_m = [torch.zeros_like(p) for p in ref_params]
+    for step in range(5):
+        gs = grads_for(model, 0, step)
+        for p, g in zip(params, gs):
+            p.grad = g.clone()
+        params[-1].grad = None
+        opt.step()
+        lrs = [opt.param_groups[0]["lr"], opt.param_groups[1]["lr"]]  # what this step used
+        with torch.no_grad():
+            plain_lion_step(ref_params[:2], gs[:2], ref_m[:2], lrs[0], (0.9, 0.99), 0.0)
+            plain_lion_step(ref_params[2:-1], gs[2:-1], ref_m[2:-1], lrs[1], (0.9, 0.99), 0.1)
+        sched.step()
+        for i, (a, b) in enumerate(zip(params, ref_params)):
+            assert torch.equal(a.detach(), b.detach()), f"step {step} param {i}"
+    assert "exp_avg" not in opt.state[params[-1]]  # skipped, not stepped
+
+
+def test_ternary_votes_give_torch_sign_semantics():
+    from pride.optim import DistributedLion
+
+    p = torch.nn.Parameter(torch.ones(100))
+    opt = DistributedLion([p], lr=0.1, votes="ternary")
+    p.grad = torch.zeros(100)
+    p.grad[::2] = 1.0
+    opt.step()
+    assert torch.equal(p.detach()[::2], torch.full((50,), 0.9)) and torch.equal(p.detach()[1::2], torch.ones(50))
+    with pytest.raises(ValueError, match="mode"):
+        DistributedLion([p], mode="majority")
+
+
+def oracle_steps(dtype, world, steps, lr, betas, wd, mode):
+    """Simulates every rank: its own momentum, its binary vote, the aggregate, the shared update."""
+    model = make_model(dtype)
+    params = [p.detach().clone() for p in model.parameters()]
+    momenta = [[torch.zeros_like(p) for p in params] for _ in range(world)]
+    b1, b2 = betas
+    for step in range(steps):
+        votes_sum = [torch.zeros(p.shape, dtype=torch.int32) for p in params]
+        for r in range(world):
+            for i, g in enumerate(grads_for(model, r, step)):
+                m = momenta[r][i]
+                c = m.mul(b1) + g.mul(1 - b1)
+                votes_sum[i] += torch.where(c > 0, 1, -1).to(torch.int32)
+                momenta[r][i] = m.mul(b2) + g.mul(1 - b2)
+        for i, p in enumerate(params):
+            s = votes_sum[i]
+            delta = torch.sign(s).float() if mode == "vote" else (s.float() / float(world)).to(dtype).float()
+            x1 = p.mul(1 - lr * wd)
+            lr_d = torch.tensor(lr, dtype=torch.float32).to(dtype).float()  # as torch's add_(alpha=-lr)
+            params[i] = (x1.float() - lr_d * delta).to(dtype)
+    return params
+
+
+def _replicas(rank, world, store_path, mode, dtype):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    model = make_model(dtype)
+    opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, bucket_mb=2e-4)
+    for step in range(3):
+        for p, g in zip(model.parameters(), grads_for(model, rank, step)):
+            p.grad = g
+        opt.step()
+    mine = torch.cat([p.detach().float().flatten() for p in model.parameters()])
+    everyone = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(everyone, mine)
+    assert all(torch.equal(everyone[0], e) for e in everyone), "replicas diverged"
+    want = oracle_steps(dtype, world, 3, 0.01, (0.9, 0.99), 0.05, mode)
+    for i, (p, w) in enumerate(zip(model.parameters(), want)):
+        assert torch.equal(p.detach(), w), f"param {i} differs from the all-ranks oracle"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("mode,dtype", [("vote", torch.float32), ("mean", torch.float32), ("vote", torch.bfloat16)])
+def test_replicas_stay_identical_and_match_the_oracle(mode, dtype):
+    run(_replicas, 4, mode, dtype, deadline_s=200)
+
+
+def _checkpoint(rank, world, store_path):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+
+    def train(model, opt, steps):
+        for step in steps:
+            for p, g in zip(model.parameters(), grads_for(model, rank, step)):
+                p.grad = g
+            opt.step()
+
+    model = make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01, mode="mean")
+    train(model, opt, range(3))
+    saved_model = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_opt = {"state": {k: {n: t.clone() for n, t in v.items()} for k, v in opt.state_dict()["state"].items()},
+                 "param_groups": opt.state_dict()["param_groups"]}
+    train(model, opt, range(3, 6))
+    resumed = make_model(torch.float32)
+    resumed.load_state_dict(saved_model)
+    opt2 = DistributedLion(resumed.parameters(), lr=0.01, mode="mean")
+    opt2.load_state_dict(saved_opt)
+    train(resumed, opt2, range(3, 6))
+    for a, b in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+    dist.destroy_process_group()
+
+
+def test_checkpoint_resumes_exactly():
+    run(_checkpoint, 2)
+
+
+def _global(rank, world, store_path):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    model, ref = make_model(torch.float32), make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01, mode="global")
+    ref_m = [torch.zeros_like(p) for p in ref.parameters()]
+    for step in range(3):
+        # dyadic gradients: the fp32 average is exact whatever the summation order
+        gs = [torch.round(g * 8) / 8 for g in grads_for(model, rank, step)]
+        for p, g in zip(model.parameters(), gs):
+            p.grad = g
+        opt.step()
+        avg = [sum(torch.round(g * 8) / 8 for g in col) / world
+               for col in zip(*[grads_for(model, r, step) for r in range(world)])]
+        with torch.no_grad():
+            plain_lion_step(list(ref.parameters()), avg, ref_m, 0.01, (0.9, 0.99), 0.0)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(a, b)
+    dist.destroy_process_group()
+
+
+def test_global_mode_is_lion_on_the_averaged_gradient():
+    run(_global, 2)
