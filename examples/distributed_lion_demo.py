@@ -480,7 +480,11 @@ def report(runs, args, wall_s):
 def main(argv=None):
     args = parse_args(argv)
     start = time.monotonic()
-    runs = launch(args)
+    try:
+        runs = launch(args)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     summary, targets = report(runs, args, time.monotonic() - start)
     with open(os.path.join(args.out, "results.md")) as f:
         print(f.read())
