@@ -9,6 +9,7 @@
 #include "backend/common/error.h"
 #include "backend/common/log.h"
 #include "backend/common/settings.h"
+#include "backend/topology/host_topology.h"
 
 namespace pride {
 namespace {
@@ -144,22 +145,35 @@ void Communicator::learn_hosts() {
   gethostname(name, sizeof(name) - 1);
   std::string host(name);
   if (!Settings::get().hostname.empty()) host = Settings::get().hostname;
-  store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(host.begin(), host.end()));
+  // "<cores> <hostname>": the core count travels with the name so every rank can compute the same
+  // ranks-per-core figure for the cost model.
+  const std::string entry = std::to_string(host_topology().cores) + " " + host;
+  store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(entry.begin(), entry.end()));
   std::map<std::string, int> node_ids;
+  std::map<int, std::pair<int, int>> ranks_and_cores;  // per node
   node_of_rank_.assign(size_t(size_), 0);
   local_rank_ = 0;
   local_size_ = 0;
   for (int r = 0; r < size_; ++r) {
     auto v = store_->get("host/" + std::to_string(r));
-    std::string h(v.begin(), v.end());
+    std::string e(v.begin(), v.end());
+    const size_t space = e.find(' ');
+    const int cores = std::max(1, std::atoi(e.substr(0, space).c_str()));
+    const std::string h = e.substr(space + 1);
     auto it = node_ids.emplace(h, int(node_ids.size())).first;
     node_of_rank_[size_t(r)] = it->second;
+    auto& [ranks, node_cores] = ranks_and_cores[it->second];
+    ++ranks;
+    node_cores = cores;
     if (h == host) {
       if (r < rank_) ++local_rank_;
       ++local_size_;
     }
   }
   num_nodes_ = int(node_ids.size());
+  for (const auto& [node, rc] : ranks_and_cores) {
+    ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
+  }
 }
 
 void Communicator::post_abort_receive() {

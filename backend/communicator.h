@@ -90,6 +90,9 @@ class Communicator {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   const std::vector<int>& node_of_rank() const { return node_of_rank_; }
+  // How many of this group's ranks share each core of the busiest host (hwloc), ≥ 1 when they
+  // outnumber the cores. The same on every rank.
+  double ranks_per_core() const { return ranks_per_core_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
@@ -129,6 +132,7 @@ class Communicator {
   int num_nodes_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  double ranks_per_core_ = 1.0;
   std::vector<int> node_of_rank_;
   std::string broken_reason_;
   std::vector<char> abort_buffer_;

@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
 
+#include "backend/topology/host_topology.h"
 #include "collectives/bits/kernels.h"
 #include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
@@ -96,6 +97,8 @@ PYBIND11_MODULE(_C, m) {
     d["local_rank"] = comm.local_rank();
     d["local_size"] = comm.local_size();
     d["num_nodes"] = comm.num_nodes();
+    d["ranks_per_core"] = comm.ranks_per_core();
+    d["host"] = pride::host_topology().describe();
     return d;
   });
   m.def("kernel_isa", [] { return std::string(pride::bits::isa_name(pride::bits::active_isa())); });

@@ -8,10 +8,14 @@
 
 namespace pride {
 
-LinkModel LinkModel::for_group(int num_nodes) {
+LinkModel LinkModel::for_group(int num_nodes, double ranks_per_core) {
   // Defaults measured loosely on this project's machines: UCX shared memory between processes on one
   // host, and TCP over Ethernet between hosts. Overrides let a cluster describe its real links.
   LinkModel m = num_nodes <= 1 ? LinkModel{3.0, 1.0, 4000.0} : LinkModel{40.0, 5.0, 1250.0};
+  if (ranks_per_core > 1.0) {
+    m.overhead_us += 20.0 * (ranks_per_core - 1.0);  // a waiting rank must be scheduled to answer
+    if (num_nodes <= 1) m.bytes_per_us /= ranks_per_core;
+  }
   const Settings& s = Settings::get();
   if (s.link_latency_us > 0) m.latency_us = s.link_latency_us;
   if (s.link_bandwidth_gbps > 0) m.bytes_per_us = s.link_bandwidth_gbps * 1e3 / 8;
@@ -66,11 +70,11 @@ double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, 
   return std::numeric_limits<double>::infinity();
 }
 
-SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes) {
+SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core) {
   SignAlgorithm forced = parse_sign_algorithm(Settings::get().algo);
   if (forced != SignAlgorithm::kAuto) return forced;
   if (plan.nranks == 1) return SignAlgorithm::kDirect;
-  const LinkModel link = LinkModel::for_group(num_nodes);
+  const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
   SignAlgorithm best = SignAlgorithm::kDirect;
   double best_us = std::numeric_limits<double>::infinity();
   for (auto a : {SignAlgorithm::kDirect, SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kAllgather}) {

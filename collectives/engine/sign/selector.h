@@ -14,12 +14,15 @@ struct LinkModel {
   double latency_us;      // per dependent step
   double overhead_us;     // per message a rank posts
   double bytes_per_us;    // per-rank bandwidth
-  static LinkModel for_group(int num_nodes);  // built-in defaults, PRIDE_LINK_* overrides
+  // Built-in defaults for the group's link class, PRIDE_LINK_* overrides. `ranks_per_core` > 1 means
+  // this host's ranks share cores: every message then also costs a context switch, and copies share
+  // a core's bandwidth.
+  static LinkModel for_group(int num_nodes, double ranks_per_core = 1.0);
 };
 
 // Estimated microseconds of each algorithm for `numel` elements, and the cheapest one.
 double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link);
-SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes);
+SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core = 1.0);
 
 // Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode).
 double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan);

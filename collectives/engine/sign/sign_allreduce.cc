@@ -47,7 +47,7 @@ SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size
   result.nwords = bits::words_for(numel);
   result.algorithm = options.algorithm != SignAlgorithm::kAuto
                          ? options.algorithm
-                         : select_sign_algorithm(result.plan, numel, comm.num_nodes());
+                         : select_sign_algorithm(result.plan, numel, comm.num_nodes(), comm.ranks_per_core());
   result.planes.assign(size_t(result.plan.result_planes) * result.nwords, 0);
 
   Fingerprint fp;

@@ -1,0 +1,113 @@
+"""pride vs torch's Gloo in one job, side by side (SPEC §5, issue targets).
+
+Every rank joins one pride group (the default group) and one Gloo group over the same ranks, then
+times, on the same fp32 tensor and alternating in the same loop so that machine noise hits both:
+  gloo   all_reduce (fp32 SUM)
+  pride  all_reduce (fp32 SUM)
+  pride  sign_allreduce (mode="vote", algorithm from the cost model or PRIDE_ALGO)
+and reports medians and ratios. Launches its own ranks (no launcher needed):
+
+    python perf/bench_vs_gloo.py --ranks 4 --log2-numel 24 --iters 7
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def timed(fn, barrier):
+    barrier()
+    start = time.perf_counter()
+    fn()
+    barrier()  # the slowest rank decides: a collective is done when every rank has its result
+    return time.perf_counter() - start
+
+
+def worker(rank, args, store_path, out_path):
+    import pride
+
+    store = dist.FileStore(store_path, args.ranks)
+    dist.init_process_group("pride", store=store, rank=rank, world_size=args.ranks, timeout=timedelta(minutes=10))
+    gloo = dist.new_group(backend="gloo")
+    n = 1 << args.log2_numel
+    g = torch.Generator().manual_seed(rank)
+    source = torch.randn(n, generator=g)
+    work = source.clone()
+
+    def barrier():
+        dist.barrier(group=gloo)
+
+    cases = {
+        "gloo all_reduce fp32": lambda: dist.all_reduce(work, group=gloo),
+        "pride all_reduce fp32": lambda: dist.all_reduce(work),
+        "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
+    }
+    times = {name: [] for name in cases}
+    for it in range(args.warmup + args.iters):
+        for name, fn in cases.items():
+            work.copy_(source)
+            t = timed(fn, barrier)
+            if it >= args.warmup:
+                times[name].append(t)
+    # results must agree: pride's fp32 sum equals Gloo's up to summation order
+    a, b = source.clone(), source.clone()
+    dist.all_reduce(a, group=gloo)
+    dist.all_reduce(b)
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), "pride and Gloo fp32 sums differ"
+    pride.reset_stats()
+    pride.sign_allreduce(source.clone())
+    dist.barrier(group=gloo)
+    sign_stats = pride.stats()
+    if rank == 0:
+        result = {
+            "ranks": args.ranks, "numel": n,
+            "median_s": {k: statistics.median(v) for k, v in times.items()},
+            "min_s": {k: min(v) for k, v in times.items()},
+            "sign_algorithms": {k: v for k, v in sign_stats["per_algorithm"].items() if v["bytes_sent"]},
+            "sign_bytes_sent_rank0": sign_stats["bytes_sent"],
+        }
+        with open(out_path, "w") as f:
+            json.dump(result, f)
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4, help="processes on this host (default 4)")
+    parser.add_argument("--log2-numel", type=int, default=24, help="tensor size as a power of two (default 24)")
+    parser.add_argument("--iters", type=int, default=7, help="timed iterations per case (default 7)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
+    parser.add_argument("--json", help="also write the result here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        mp.start_processes(worker, args=(args, os.path.join(tmp, "store"), out), nprocs=args.ranks,
+                           start_method="spawn")
+        with open(out) as f:
+            result = json.load(f)
+    med = result["median_s"]
+    gloo = med["gloo all_reduce fp32"]
+    print(f"# {args.ranks} ranks on one host, {result['numel']} fp32 elements "
+          f"({result['numel'] * 4 / 2**20:.0f} MiB), median of {args.iters} (min in brackets)")
+    print(f"{'case':<24} {'time (ms)':>18} {'vs gloo':>9}")
+    for name, t in med.items():
+        print(f"{name:<24} {t * 1e3:>9.1f} [{result['min_s'][name] * 1e3:>6.1f}] {gloo / t:>8.2f}x")
+    print(f"# sign_allreduce algorithm(s): {', '.join(result['sign_algorithms'])}; rank 0 sent "
+          f"{result['sign_bytes_sent_rank0'] * 8 / result['numel']:.3f} bits/element")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
