@@ -5,6 +5,13 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$PRIDE_ROOT"
 jobs="${PRIDE_BUILD_JOBS:-$(nproc)}"
-CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PRIDE_PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
-  -C build-dir=build/py -C cmake.define.PRIDE_BUILD_TESTS=ON -C cmake.define.PRIDE_BUILD_PERF=ON . \
-  2>&1 | grep -v "^WARNING: Location" || { echo "build failed"; exit 1; }
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+echo "build: compiling pride (CMake via pip, build tree build/py, $jobs jobs)"
+if ! CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PRIDE_PY" -m pip install -q --disable-pip-version-check \
+    --no-build-isolation -C build-dir=build/py -C cmake.define.PRIDE_BUILD_TESTS=ON \
+    -C cmake.define.PRIDE_BUILD_PERF=ON . >"$log" 2>&1; then
+  grep -v "^WARNING: Location" "$log" | tail -n 60
+  echo "build: failed (full log above)"
+  exit 1
+fi

@@ -36,7 +36,14 @@ for spec in sys.argv[1:]:
 PYEOF
 then
   echo "setup: installing Python packages into $PRIDE_VENV (torch comes from local wheels)"
-  "$PRIDE_PY" -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" 2>&1 | grep -v "^WARNING: Location" || true
+  pip_log="$(mktemp)"
+  if ! "$PRIDE_PY" -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" >"$pip_log" 2>&1; then
+    grep -v "^WARNING: Location" "$pip_log" | tail -n 40
+    rm -f "$pip_log"
+    echo "setup: pip install failed"
+    exit 1
+  fi
+  rm -f "$pip_log"
 fi
 export PRIDE_ROOT PRIDE_VENV PRIDE_PY
 export PATH="$PRIDE_VENV/bin:$PATH"
