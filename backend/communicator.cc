@@ -1,9 +1,14 @@
 #include "backend/communicator.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <filesystem>
+
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "backend/common/error.h"
@@ -96,7 +101,15 @@ void Collective::wait(RequestPtr& request) {
       idle_rounds = 0;
       continue;
     }
-    if ((++idle_rounds & 63) == 0 && Clock::now() > deadline_) {
+    if ((++idle_rounds & 4095) == 0) {  // a long wait: is the peer's process still there?
+      std::string gone = comm_.local_peer_gone(request->peer());
+      if (!gone.empty()) {
+        std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
+        comm_.notify_abort(message);
+        throw PeerError(message);
+      }
+    }
+    if ((idle_rounds & 63) == 0 && Clock::now() > deadline_) {
       std::string message = fmt::format("pride {}: timed out after {} ms waiting to {} peer {}", describe(),
                                         comm_.timeout_.count(), request->is_send() ? "send to" : "receive from",
                                         request->peer());
@@ -145,21 +158,29 @@ void Communicator::learn_hosts() {
   gethostname(name, sizeof(name) - 1);
   std::string host(name);
   if (!Settings::get().hostname.empty()) host = Settings::get().hostname;
-  // "<cores> <hostname>": the core count travels with the name so every rank can compute the same
-  // ranks-per-core figure for the cost model.
-  const std::string entry = std::to_string(host_topology().cores) + " " + host;
+  // "<cores> <pid> <pid namespace> <hostname>": the core count lets every rank compute the same
+  // ranks-per-core figure for the cost model; pid and namespace let same-host peers check liveness.
+  std::error_code ec;
+  std::string pid_ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
+  if (ec || pid_ns.empty()) pid_ns = "unknown";
+  const std::string entry = fmt::format("{} {} {} {}", host_topology().cores, long(getpid()), pid_ns, host);
   store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(entry.begin(), entry.end()));
   std::map<std::string, int> node_ids;
   std::map<int, std::pair<int, int>> ranks_and_cores;  // per node
   node_of_rank_.assign(size_t(size_), 0);
+  local_pid_of_rank_.assign(size_t(size_), 0);
   local_rank_ = 0;
   local_size_ = 0;
   for (int r = 0; r < size_; ++r) {
     auto v = store_->get("host/" + std::to_string(r));
-    std::string e(v.begin(), v.end());
-    const size_t space = e.find(' ');
-    const int cores = std::max(1, std::atoi(e.substr(0, space).c_str()));
-    const std::string h = e.substr(space + 1);
+    std::istringstream fields(std::string(v.begin(), v.end()));
+    int cores = 1;
+    long pid = 0;
+    std::string their_ns, h;
+    fields >> cores >> pid >> their_ns;
+    std::getline(fields >> std::ws, h);
+    cores = std::max(1, cores);
+    if (h == host && their_ns == pid_ns && pid_ns != "unknown" && r != rank_) local_pid_of_rank_[size_t(r)] = pid;
     auto it = node_ids.emplace(h, int(node_ids.size())).first;
     node_of_rank_[size_t(r)] = it->second;
     auto& [ranks, node_cores] = ranks_and_cores[it->second];
@@ -174,6 +195,13 @@ void Communicator::learn_hosts() {
   for (const auto& [node, rc] : ranks_and_cores) {
     ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
   }
+}
+
+std::string Communicator::local_peer_gone(int peer) const {
+  if (peer < 0 || peer >= size_ || local_pid_of_rank_[size_t(peer)] == 0) return {};
+  const long pid = local_pid_of_rank_[size_t(peer)];
+  if (kill(pid_t(pid), 0) == -1 && errno == ESRCH) return fmt::format("its process (pid {}) has exited", pid);
+  return {};
 }
 
 void Communicator::post_abort_receive() {

@@ -121,6 +121,9 @@ class Communicator {
   // Spin, then yield, then sleep a little: ranks may outnumber cores.
   void idle(uint64_t idle_rounds);
   void learn_hosts();
+  // Non-empty when `peer` runs on this host (same PID namespace) and its process is gone. UCX's shared
+  // memory transports do not report a dead peer; this turns it into an error long before the deadline.
+  std::string local_peer_gone(int peer) const;
 
   std::shared_ptr<Store> store_;
   int rank_;
@@ -134,6 +137,7 @@ class Communicator {
   int local_size_ = 1;
   double ranks_per_core_ = 1.0;
   std::vector<int> node_of_rank_;
+  std::vector<long> local_pid_of_rank_;  // pid of each same-host, same-PID-namespace rank; 0 otherwise
   std::string broken_reason_;
   std::vector<char> abort_buffer_;
   RequestPtr abort_receive_;

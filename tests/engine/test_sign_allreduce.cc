@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/common/error.h"
+#include "backend/common/settings.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_allreduce.h"
 #include "tests/engine/rank_threads.h"
@@ -110,6 +111,25 @@ TEST(SignAllreduce, LargeOddTensorAcrossSegments) {
     }
     check_case(comm, {SignAlgorithm::kDirect, SignMode::kMean, VoteKind::kTernary, DType::kBFloat16, 1000003}, 7);
   });
+}
+
+// Tiny segments: many per tensor, so the direct algorithm's pipeline (pack s+1 and unpack s−1 while
+// s is on the wire) and every algorithm's segment loop run for real.
+TEST(SignAllreduce, ManySegmentsEveryAlgorithm) {
+  setenv("PRIDE_SEGMENT_BYTES", "512", 1);
+  Settings::reload();
+  testing::run_ranks(3, [](Communicator& comm) {
+    uint64_t salt = 500;
+    for (auto algorithm : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather}) {
+      for (auto mode : {SignMode::kVote, SignMode::kMean}) {
+        for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+          check_case(comm, {algorithm, mode, kind, DType::kFloat32, 64 * 64 * 5 + 33}, salt++);
+        }
+      }
+    }
+  });
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  Settings::reload();
 }
 
 TEST(SignAllreduce, PackedInputIgnoresTrailingBits) {

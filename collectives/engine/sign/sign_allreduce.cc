@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "collectives/engine/sign/direct_segment.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_algorithms.h"
 
@@ -29,18 +32,71 @@ AlgorithmFn algorithm_fn(SignAlgorithm a) {
 
 }  // namespace
 
-void SignResult::write(void* y, bits::DType dtype) const {
-  if (numel == 0) return;
-  if (plan.mode == SignMode::kVote) {
-    bits::unpack_vote(plane(0), tie_plane(), numel, y, dtype);
-  } else {
-    bits::unpack_mean(planes.data(), plan.result_planes, numel, plan.mean_scale, plan.mean_offset, plan.nranks, y,
-                      dtype);
+namespace {
+
+// Per-segment work of the values API around the communication: pack a segment's votes before it is
+// sent, unpack its result after. Word ranges of the flat planes; either may be empty.
+struct SegmentHooks {
+  std::function<void(size_t first_word, size_t nwords)> pack;
+  std::function<void(const SignResult& result, size_t first_word, size_t nwords)> unpack;
+};
+
+struct SegmentRange {
+  size_t first_word;
+  size_t nwords;
+  uint32_t slot_base;
+};
+
+// Runs the segments in order: pack, communicate, unpack.
+void run_in_sequence(Collective& c, SignResult& result, const uint64_t* votes, const std::vector<SegmentRange>& segs,
+                     const SegmentHooks& hooks) {
+  AlgorithmFn run = algorithm_fn(result.algorithm);
+  for (const SegmentRange& s : segs) {
+    if (hooks.pack) hooks.pack(s.first_word, s.nwords);
+    run(c, result.plan, {votes + s.first_word, result.nwords, result.planes.data() + s.first_word, result.nwords,
+                         s.nwords, s.slot_base});
+    if (hooks.unpack) hooks.unpack(result, s.first_word, s.nwords);
   }
 }
 
-SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
-                                 uint32_t dtype_code) {
+// The direct algorithm as a three-stage software pipeline: while segment s's shards are on the wire
+// the thread packs segment s+1, and while s's results are on the wire it unpacks segment s−1 and
+// posts s+1's shards. Packing, sending and counting overlap; the result is the same bits.
+void run_direct_pipelined(Collective& c, SignResult& result, const uint64_t* votes,
+                          const std::vector<SegmentRange>& segs, const SegmentHooks& hooks) {
+  auto segment = [&](size_t i) {
+    const SegmentRange& s = segs[i];
+    return std::make_unique<DirectSegment>(
+        c, result.plan,
+        SignSegment{votes + s.first_word, result.nwords, result.planes.data() + s.first_word, result.nwords,
+                    s.nwords, s.slot_base});
+  };
+  auto pack = [&](size_t i) {
+    if (hooks.pack) hooks.pack(segs[i].first_word, segs[i].nwords);
+  };
+  auto unpack = [&](size_t i) {
+    if (hooks.unpack) hooks.unpack(result, segs[i].first_word, segs[i].nwords);
+  };
+  pack(0);
+  std::unique_ptr<DirectSegment> current = segment(0), next;
+  current->post_shards();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const bool more = i + 1 < segs.size();
+    if (more) pack(i + 1);
+    current->vote_and_post_results();
+    if (more) {
+      next = segment(i + 1);
+      next->post_shards();
+    }
+    if (i > 0) unpack(i - 1);
+    current->finish();
+    current = std::move(next);
+  }
+  unpack(segs.size() - 1);
+}
+
+SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
+                              uint32_t dtype_code, const SegmentHooks& hooks) {
   SignResult result;
   result.plan = SignPlan::make(comm.size(), options.mode, options.votes);
   result.numel = numel;
@@ -54,43 +110,76 @@ SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size
   fp.op = kSignAllreduceOp;
   fp.dtype = dtype_code;
   fp.numel = numel;
-  fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(result.algorithm) << 16;
+  // Large tensors go through in segments: bounded scratch memory per step, and each segment's
+  // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
+  // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
+  const size_t segment_words = std::max<size_t>(1, Settings::get().segment_bytes / 8);
+  fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(result.algorithm) << 16 |
+              uint64_t(segment_words) << 24;
   Collective c = comm.begin("sign_allreduce", name(result.algorithm), fp);
 
-  // Large tensors go through in segments: bounded scratch memory per step, and each segment's
-  // messages are tagged apart by their slot range.
-  const size_t segment_words = std::max<size_t>(1, Settings::get().segment_bytes / 8);
-  const size_t total = result.nwords;
-  AlgorithmFn run = algorithm_fn(result.algorithm);
+  const uint32_t slots = sign_slots_per_segment(comm.size());
+  std::vector<SegmentRange> segs;
   uint32_t slot = 0;
-  for (size_t begin = 0; begin < total; begin += segment_words) {
-    SignSegment seg;
-    seg.nwords = std::min(segment_words, total - begin);
-    seg.votes = votes + begin;
-    seg.vote_stride = total;
-    seg.result = result.planes.data() + begin;
-    seg.result_stride = total;
-    seg.slot_base = slot;
-    run(c, result.plan, seg);
-    slot += sign_slots_per_segment(comm.size());
-    if (slot + sign_slots_per_segment(comm.size()) > Collective::kMaxSlot) slot = 0;  // earlier ones are done
+  for (size_t begin = 0; begin < result.nwords; begin += segment_words) {
+    segs.push_back({begin, std::min(segment_words, result.nwords - begin), slot});
+    slot = slot + 2 * slots > Collective::kMaxSlot ? 0 : slot + slots;
+  }
+  if (segs.empty()) return result;
+  if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
+    run_direct_pipelined(c, result, votes, segs, hooks);
+  } else {
+    run_in_sequence(c, result, votes, segs, hooks);
   }
   return result;
+}
+
+// Writes the values of result words [first_word, first_word + nwords) as dtype.
+void write_words(const SignResult& r, size_t first_word, size_t nwords, void* y, bits::DType dtype) {
+  if (nwords == 0) return;
+  const size_t begin = first_word * 64, count = std::min(r.numel, (first_word + nwords) * 64) - begin;
+  void* out = static_cast<char*>(y) + begin * bits::dtype_size(dtype);
+  if (r.plan.mode == SignMode::kVote) {
+    const uint64_t* tie = r.tie_plane();
+    bits::unpack_vote(r.plane(0) + first_word, tie ? tie + first_word : nullptr, count, out, dtype);
+    return;
+  }
+  // unpack_mean reads planes laid out for exactly `count` elements: gather this range's words.
+  std::vector<uint64_t> planes(size_t(r.plan.result_planes) * nwords);
+  for (int p = 0; p < r.plan.result_planes; ++p) {
+    std::memcpy(planes.data() + size_t(p) * nwords, r.plane(p) + first_word, nwords * 8);
+  }
+  bits::unpack_mean(planes.data(), r.plan.result_planes, count, r.plan.mean_scale, r.plan.mean_offset,
+                    r.plan.nranks, out, dtype);
+}
+
+}  // namespace
+
+void SignResult::write(void* y, bits::DType dtype) const { write_words(*this, 0, nwords, y, dtype); }
+
+SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
+                                 uint32_t dtype_code) {
+  return run_sign_allreduce(comm, votes, numel, options, dtype_code, {});
 }
 
 void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel, const SignOptions& options) {
   PRIDE_CHECK_ARG(dtype == bits::DType::kFloat32 || dtype == bits::DType::kBFloat16 || dtype == bits::DType::kFloat16,
                   "sign_allreduce: unsupported dtype {} (float32, bfloat16 or float16)", bits::dtype_name(dtype));
   PRIDE_CHECK_ARG(x != nullptr || numel == 0, "sign_allreduce: null buffer");
-  const size_t nwords = bits::words_for(numel);
-  const int counters = options.votes == VoteKind::kBinary ? 1 : 2;
-  std::vector<uint64_t> votes(size_t(counters) * nwords);
-  if (numel > 0) {
-    if (options.votes == VoteKind::kBinary) bits::pack_binary(x, dtype, numel, votes.data());
-    else bits::pack_ternary(x, dtype, numel, votes.data(), votes.data() + nwords);
-  }
-  SignResult r = sign_allreduce_planes(comm, votes.data(), numel, options, uint32_t(dtype));
-  r.write(x, dtype);
+  const size_t nwords = bits::words_for(numel), elem = bits::dtype_size(dtype);
+  const bool binary = options.votes == VoteKind::kBinary;
+  std::vector<uint64_t> votes(size_t(binary ? 1 : 2) * nwords);
+  SegmentHooks hooks;
+  hooks.pack = [&](size_t first_word, size_t words) {
+    const size_t begin = first_word * 64, count = std::min(numel, (first_word + words) * 64) - begin;
+    const void* in = static_cast<const char*>(x) + begin * elem;
+    if (binary) bits::pack_binary(in, dtype, count, votes.data() + first_word);
+    else bits::pack_ternary(in, dtype, count, votes.data() + first_word, votes.data() + nwords + first_word);
+  };
+  hooks.unpack = [&](const SignResult& r, size_t first_word, size_t words) {
+    write_words(r, first_word, words, x, dtype);
+  };
+  run_sign_allreduce(comm, votes.data(), numel, options, uint32_t(dtype), hooks);
 }
 
 void sign_allreduce_packed(Communicator& comm, const uint8_t* packed, size_t numel, const SignOptions& options,
@@ -103,8 +192,12 @@ void sign_allreduce_packed(Communicator& comm, const uint8_t* packed, size_t num
     std::memcpy(votes.data(), packed, bits::bytes_for(numel));
     if (numel % 64 != 0) votes[nwords - 1] &= (uint64_t(1) << (numel % 64)) - 1;  // readers ignore trailing bits
   }
-  SignResult r = sign_allreduce_planes(comm, votes.data(), numel, options, kPackedDtypeCode);
-  r.write(out, options.mode == SignMode::kVote ? bits::DType::kInt8 : bits::DType::kFloat32);
+  const bits::DType out_type = options.mode == SignMode::kVote ? bits::DType::kInt8 : bits::DType::kFloat32;
+  SegmentHooks hooks;
+  hooks.unpack = [&](const SignResult& r, size_t first_word, size_t words) {
+    write_words(r, first_word, words, out, out_type);
+  };
+  run_sign_allreduce(comm, votes.data(), numel, options, kPackedDtypeCode, hooks);
 }
 
 }  // namespace pride

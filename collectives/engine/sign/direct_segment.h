@@ -1,0 +1,34 @@
+// The direct (scatter–vote–gather) algorithm split into its three stages, so a driver can run
+// several segments as a software pipeline: while one segment's shards or results are on the wire,
+// the thread packs the next segment or unpacks the previous one.
+#pragma once
+
+#include <vector>
+
+#include "collectives/engine/sign/sign_algorithms.h"
+
+namespace pride {
+
+class DirectSegment {
+ public:
+  DirectSegment(Collective& c, const SignPlan& plan, const SignSegment& seg);
+  // Stage 1: every owner's shard of this rank's votes goes out; the shards of this rank's chunk are
+  // posted to arrive. Returns at once.
+  void post_shards();
+  // Stage 2: waits for the shards, counts the N planes of this rank's chunk, decides, and sends the
+  // result chunk to everyone (posted; returns at once).
+  void vote_and_post_results();
+  // Stage 3: waits for every owner's result chunk and writes the segment's result planes.
+  void finish();
+
+ private:
+  Collective& c_;
+  const SignPlan& plan_;
+  SignSegment seg_;
+  std::vector<uint64_t> shards_;   // this rank's votes, chunk-major (chunk j: `counters` planes)
+  std::vector<uint64_t> inbox_;    // peers' votes on my chunk
+  std::vector<uint64_t> results_;  // result chunks, chunk-major
+  std::vector<RequestPtr> requests_;
+};
+
+}  // namespace pride
