@@ -240,12 +240,16 @@ void Communicator::notify_abort(const std::string& reason) {
 }
 
 void Communicator::idle(uint64_t idle_rounds) {
-  if (idle_rounds < 256) return;                  // spin: the answer is usually microseconds away
-  if (idle_rounds < 4096) {
-    sched_yield();                                // let a co-located rank run
+  // Spin first: on a core of its own a waiting rank gets its answer in microseconds. When this host's
+  // ranks outnumber its cores, a spinning (or merely yielding) rank takes CPU from the rank it waits
+  // for, so it sleeps almost at once and lets the scheduler run the ranks that have work.
+  const bool oversubscribed = ranks_per_core_ > 1.0;
+  if (idle_rounds < (oversubscribed ? 32u : 256u)) return;
+  if (!oversubscribed && idle_rounds < 4096) {
+    sched_yield();
     return;
   }
-  std::this_thread::sleep_for(std::chrono::microseconds(20));  // long waits: do not burn a core
+  std::this_thread::sleep_for(std::chrono::microseconds(oversubscribed ? 5 : 20));
 }
 
 Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint) {
