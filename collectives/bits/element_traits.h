@@ -33,10 +33,11 @@ inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t{h} << 16); 
 
 // Round to nearest even by adding just under half an ulp plus the lowest kept bit, as torch's
 // c10::BFloat16 does; NaN becomes torch's canonical 0x7FC0 (adding the bias could carry it to inf).
+// Branch-free, so that loops over it vectorize.
 inline uint16_t f32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
 }
 
 // Exact widening, as F16C's vcvtph2ps does it: subnormals become normals, a NaN keeps its payload

@@ -24,6 +24,7 @@ void lion_vote(const void* gv, void* mv, size_t n, const LionParams& p, uint64_t
   auto round = [](float f) { return Tr::to_f32(Tr::from_f32(f)); };
   for (size_t base = 0; base < n; base += 64) {
     const size_t count = n - base < 64 ? n - base : 64;
+    // Arithmetic first, in a branch-free loop the compiler vectorizes; then the bits.
     float c[64];
     for (size_t i = 0; i < count; ++i) {
       const float gi = Tr::to_f32(g[base + i]);
