@@ -5,6 +5,7 @@
 #include "collectives/bits/counters_impl.h"
 #include "collectives/bits/elementwise_avx2.h"
 #include "collectives/bits/kernel_table.h"
+#include "collectives/bits/lion_avx2.h"
 #include "collectives/bits/lion_impl.h"
 #include "collectives/bits/plane_stats.h"
 #include "collectives/bits/threshold_impl.h"
@@ -29,7 +30,7 @@ const KernelTable& avx2_table() {
       {unpack_mean<Avx2F32>, unpack_mean<Avx2BF16>, unpack_mean<Avx2F16>, nullptr},
       {apply_vote<Avx2F32>, apply_vote<Avx2BF16>, apply_vote<Avx2F16>, nullptr},
       {apply_mean<Avx2F32>, apply_mean<Avx2BF16>, apply_mean<Avx2F16>, nullptr},
-      {lion_vote<F32>, lion_vote<BF16>, lion_vote<F16>, nullptr},
+      {lion_vote<F32>, lion_vote_bf16_avx2, lion_vote<F16>, nullptr},
       counter_add_plane<Block>,
       counter_add<Block>,
       count_planes<Block>,
