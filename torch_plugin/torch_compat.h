@@ -1,6 +1,7 @@
 // Everything in pride that depends on which torch release it is built against, in one place.
 // Built and tested here against torch 2.14; the GPU machines run torch 2.11. Both have C++20 headers,
-// c10d::Backend with the *_base/legacy collective names we override, and c10d::Work::finish().
+// c10d::Backend with the *_base/legacy collective names we override, and c10d::Work::finish();
+// scripts/check_torch_compat.sh 2.11.0 compiles every torch-facing file against 2.11's headers.
 #pragma once
 
 #include <ATen/core/ivalue.h>
