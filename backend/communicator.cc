@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -96,27 +97,31 @@ void Collective::check_request(const Request& r) {
 void Collective::wait(RequestPtr& request) {
   if (!request) return;
   uint64_t idle_rounds = 0;
-  while (request->pending()) {
-    if (comm_.progress_or_throw(describe())) {
-      idle_rounds = 0;
-      continue;
-    }
-    if ((++idle_rounds & 4095) == 0) {  // a long wait: is the peer's process still there?
-      std::string gone = comm_.local_peer_gone(request->peer());
-      if (!gone.empty()) {
-        std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
-        comm_.notify_abort(message);
-        throw PeerError(message);
-      }
-    }
-    if ((idle_rounds & 63) == 0 && Clock::now() > deadline_) {
+  for (uint64_t round = 1; request->pending(); ++round) {
+    // Checked on a counter that progress does not reset: other traffic must not postpone the deadline.
+    if ((round & 63) == 0 && Clock::now() > deadline_) {
       std::string message = fmt::format("pride {}: timed out after {} ms waiting to {} peer {}", describe(),
                                         comm_.timeout_.count(), request->is_send() ? "send to" : "receive from",
                                         request->peer());
       comm_.notify_abort(message);
       throw TimeoutError(message);
     }
-    comm_.idle(idle_rounds);
+    if ((round & 4095) == 0) {  // a long wait: is the peer still there?
+      // A tag receive is not bound to an endpoint, so UCX never fails it when its sender dies; the
+      // endpoint's error (other hosts) or the process table (this host) tells.
+      std::string gone = comm_.transport_->peer_failure(request->peer());
+      if (gone.empty()) gone = comm_.local_peer_gone(request->peer());
+      if (!gone.empty()) {
+        std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
+        comm_.notify_abort(message);
+        throw PeerError(message);
+      }
+    }
+    if (comm_.progress_or_throw(describe())) {
+      idle_rounds = 0;
+      continue;
+    }
+    comm_.idle(++idle_rounds);
   }
   check_request(*request);
 }
@@ -227,10 +232,12 @@ void Communicator::notify_abort(const std::string& reason) {
   aborting_ = true;
   log().error("{}", reason);
   // Fire-and-forget: eager messages leave on progress; peers that are gone simply fail these sends.
-  std::string text = reason.substr(0, kAbortMessageBytes - 1);
+  // The text lives in a member: a notice still queued to a stuck peer may be read after we return.
+  std::snprintf(abort_notice_.data(), abort_notice_.size(), "%s", reason.c_str());
+  const size_t length = std::strlen(abort_notice_.data()) + 1;
   std::vector<RequestPtr> notices;
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) notices.push_back(transport_->isend(p, kControlTag, text.c_str(), text.size() + 1));
+    if (p != rank_) notices.push_back(transport_->isend(p, kControlTag, abort_notice_.data(), length));
   }
   auto until = Clock::now() + std::chrono::milliseconds(200);
   for (auto& n : notices) {

@@ -6,6 +6,7 @@
 // Not thread-safe: one thread issues a communicator's operations (the torch plugin's worker does).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -140,6 +141,7 @@ class Communicator {
   std::vector<long> local_pid_of_rank_;  // pid of each same-host, same-PID-namespace rank; 0 otherwise
   std::string broken_reason_;
   std::vector<char> abort_buffer_;
+  std::array<char, 512> abort_notice_{};
   RequestPtr abort_receive_;
   bool aborting_ = false;
 };

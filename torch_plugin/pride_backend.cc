@@ -90,7 +90,10 @@ void PrideBackend::worker_loop() {
           wake_.wait_for(lock, std::chrono::microseconds(50));
         }
       }
-      if (queue_.empty() && stopping_ && in_flight_.empty()) return;
+      if (queue_.empty() && stopping_) {
+        if (in_flight_.empty()) return;
+        abandon_in_flight_ = true;  // the group is going away: unmatched p2p fails now, not at its deadline
+      }
       if (!queue_.empty()) {
         next = std::move(queue_.front());
         queue_.pop_front();
@@ -127,7 +130,10 @@ void PrideBackend::poll_in_flight() {
   for (size_t i = 0; i < in_flight_.size();) {
     InFlight& op = *in_flight_[i];
     std::exception_ptr error;
-    if (op.request->pending()) {
+    if (op.request->pending() && abandon_in_flight_) {
+      error = to_torch_error(std::make_exception_ptr(PeerError(fmt::format(
+          "pride rank {}/{}: {} abandoned: the process group was destroyed first", getRank(), getSize(), op.what))));
+    } else if (op.request->pending()) {
       if (now < op.deadline) {
         ++i;
         continue;

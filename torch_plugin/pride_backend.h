@@ -9,6 +9,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -69,7 +70,7 @@ class PrideBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   void setSequenceNumberForGroup() override {}
-  uint64_t getSequenceNumberForGroup() override { return issued_; }
+  uint64_t getSequenceNumberForGroup() override { return issued_.load(); }
 
   // pride's own collectives (SPEC §3), reached from Python through the group's backend object.
   c10::intrusive_ptr<c10d::Work> sign_allreduce(at::Tensor& tensor, SignOptions options);
@@ -106,9 +107,10 @@ class PrideBackend : public c10d::Backend {
   std::deque<Queued> queue_;
   bool stopping_ = false;
   bool reset_traffic_requested_ = false;
-  uint64_t issued_ = 0;
+  std::atomic<uint64_t> issued_{0};
   std::map<std::string, TrafficCounters> traffic_snapshot_;
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // worker thread only
+  bool abandon_in_flight_ = false;                     // worker thread only
   std::thread worker_;
 };
 

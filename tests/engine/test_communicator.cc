@@ -74,7 +74,11 @@ TEST(Communicator, SilentPeerTimesOutNamingIt) {
         (void)x;
       },
       {5000});
-  EXPECT_NE(errors[0].find("timed out"), std::string::npos) << errors[0];
+  // Rank 1's communicator closes when it returns: rank 0 learns that from UCX ("failed") or, failing
+  // that, from its deadline ("timed out"); either way the error names the peer and the collective.
+  const bool timed_out = errors[0].find("timed out") != std::string::npos;
+  const bool failed = errors[0].find("failed") != std::string::npos;
+  EXPECT_TRUE(timed_out || failed) << errors[0];
   EXPECT_NE(errors[0].find("peer 1"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("allreduce"), std::string::npos) << errors[0];
 }
