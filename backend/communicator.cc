@@ -28,6 +28,8 @@ constexpr int kSlotBits = 22;
 constexpr Tag kSequenceMask = (Tag(1) << 24) - 1;
 constexpr uint32_t kFingerprintSlot = Collective::kMaxSlot;
 constexpr size_t kAbortMessageBytes = 512;
+// How often a wait that makes no progress asks whether its peer is still alive.
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 
 Tag collective_tag(uint64_t sequence, uint32_t slot) {
   return ((sequence & kSequenceMask) << kSlotBits) | Tag(slot);
@@ -97,24 +99,29 @@ void Collective::check_request(const Request& r) {
 void Collective::wait(RequestPtr& request) {
   if (!request) return;
   uint64_t idle_rounds = 0;
+  Clock::time_point next_liveness_check = Clock::now() + kLivenessInterval;
   for (uint64_t round = 1; request->pending(); ++round) {
     // Checked on a counter that progress does not reset: other traffic must not postpone the deadline.
-    if ((round & 63) == 0 && Clock::now() > deadline_) {
-      std::string message = fmt::format("pride {}: timed out after {} ms waiting to {} peer {}", describe(),
-                                        comm_.timeout_.count(), request->is_send() ? "send to" : "receive from",
-                                        request->peer());
-      comm_.notify_abort(message);
-      throw TimeoutError(message);
-    }
-    if ((round & 4095) == 0) {  // a long wait: is the peer still there?
-      // A tag receive is not bound to an endpoint, so UCX never fails it when its sender dies; the
-      // endpoint's error (other hosts) or the process table (this host) tells.
-      std::string gone = comm_.transport_->peer_failure(request->peer());
-      if (gone.empty()) gone = comm_.local_peer_gone(request->peer());
-      if (!gone.empty()) {
-        std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
+    if ((round & 63) == 0) {
+      const Clock::time_point now = Clock::now();
+      if (now > deadline_) {
+        std::string message = fmt::format("pride {}: timed out after {} ms waiting to {} peer {}", describe(),
+                                          comm_.timeout_.count(), request->is_send() ? "send to" : "receive from",
+                                          request->peer());
         comm_.notify_abort(message);
-        throw PeerError(message);
+        throw TimeoutError(message);
+      }
+      if (now >= next_liveness_check) {  // a long wait: is the peer still there?
+        next_liveness_check = now + kLivenessInterval;
+        // A tag receive is not bound to an endpoint, so UCX never fails it when its sender dies; the
+        // endpoint's error (other hosts) or the process table (this host) tells.
+        std::string gone = comm_.transport_->peer_failure(request->peer());
+        if (gone.empty()) gone = comm_.local_peer_gone(request->peer());
+        if (!gone.empty()) {
+          std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
+          comm_.notify_abort(message);
+          throw PeerError(message);
+        }
       }
     }
     if (comm_.progress_or_throw(describe())) {
@@ -145,7 +152,11 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
       timeout_(options.timeout.count() > 0 ? options.timeout : Settings::get().timeout) {
   PRIDE_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in [0, {})", rank, size);
   learn_hosts();
-  transport_ = make_ucx_transport(rank, size, *store_);
+  std::vector<bool> watched_locally(size_t(size), false);
+  if (Settings::get().shared_memory) {
+    for (int p = 0; p < size; ++p) watched_locally[size_t(p)] = local_pid_of_rank_[size_t(p)] != 0;
+  }
+  transport_ = make_ucx_transport(rank, size, *store_, watched_locally);
   abort_buffer_.resize(kAbortMessageBytes);
   post_abort_receive();
 }
@@ -247,16 +258,14 @@ void Communicator::notify_abort(const std::string& reason) {
 }
 
 void Communicator::idle(uint64_t idle_rounds) {
-  // Spin first: on a core of its own a waiting rank gets its answer in microseconds. When this host's
-  // ranks outnumber its cores, a spinning (or merely yielding) rank takes CPU from the rank it waits
-  // for, so it sleeps almost at once and lets the scheduler run the ranks that have work.
+  // Spin first: on a core of its own a waiting rank gets its answer in microseconds. Then block on the
+  // transport's event fd until a message arrives. When this host's ranks outnumber its cores, a
+  // spinning (or merely yielding) rank takes CPU from the rank it waits for, so it blocks almost at
+  // once and the scheduler runs the ranks that have work. The timeout bounds how late a deadline or
+  // a dead peer is noticed if no event ever comes.
   const bool oversubscribed = ranks_per_core_ > 1.0;
-  if (idle_rounds < (oversubscribed ? 32u : 256u)) return;
-  if (!oversubscribed && idle_rounds < 4096) {
-    sched_yield();
-    return;
-  }
-  std::this_thread::sleep_for(std::chrono::microseconds(oversubscribed ? 5 : 20));
+  if (idle_rounds < (oversubscribed ? 16u : 2048u)) return;
+  transport_->wait_for_activity(std::chrono::milliseconds(1));
 }
 
 Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint) {

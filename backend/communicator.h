@@ -86,6 +86,7 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Transport& transport() { return *transport_; }
+  const Transport& transport() const { return *transport_; }
   // Host layout, learnt from hostnames exchanged through the store at construction.
   int num_nodes() const { return num_nodes_; }
   int local_rank() const { return local_rank_; }

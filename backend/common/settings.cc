@@ -34,6 +34,7 @@ Settings read_settings() {
   s.link_latency_us = env_double("PRIDE_LINK_LATENCY_US", 0);
   s.link_bandwidth_gbps = env_double("PRIDE_LINK_BANDWIDTH_GBPS", 0);
   if (const char* v = env("PRIDE_HOSTNAME")) s.hostname = v;
+  s.shared_memory = env_double("PRIDE_SHARED_MEMORY", 1) != 0;
   return s;
 }
 

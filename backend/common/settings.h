@@ -17,6 +17,7 @@ struct Settings {
   double link_latency_us = 0;              // PRIDE_LINK_LATENCY_US: cost model override (0 = built-in)
   double link_bandwidth_gbps = 0;          // PRIDE_LINK_BANDWIDTH_GBPS: cost model override (0 = built-in)
   std::string hostname;                    // PRIDE_HOSTNAME: overrides gethostname() (tests simulate nodes)
+  bool shared_memory = true;               // PRIDE_SHARED_MEMORY=0: same-host peers over TCP loopback too
 
   static const Settings& get();
   static void reload();

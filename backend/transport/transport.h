@@ -58,16 +58,28 @@ class Transport {
   // Advances outstanding operations; returns true when anything happened.
   virtual bool progress() = 0;
 
+  // Gives the CPU away until the transport has something for progress() (a message arrived, a peer
+  // answered) or max_wait passes, whichever is first. A caller that found nothing to progress calls
+  // it instead of spinning, so that ranks sharing a core run instead of polling each other. May
+  // return early (spurious wake-ups are allowed); the default just sleeps.
+  virtual void wait_for_activity(std::chrono::microseconds max_wait);
+
   // Non-empty when the transport has seen `peer` fail (connection reset, process gone).
   virtual std::string peer_failure(int peer) const = 0;
+
+  // How messages to `peer` travel, for logs and perf tools (e.g. "posix+cma" or "tcp").
+  virtual std::string route(int /*peer*/) const { return name(); }
 
   // After a failure: close connections without waiting for peers (which may be gone or stuck).
   virtual void close_abortively() = 0;
 };
 
-// Builds the UCX transport: creates a worker, publishes its address under `store_prefix` and connects
-// to every peer. Declared here so callers need no UCX header.
+// Builds the UCX transport: creates a worker, publishes its address in the store and connects to
+// every peer. `watched_locally[p]` says that the caller detects peer p's death itself (a process on
+// this host whose pid it checks): UCX may then use shared memory to reach p, whose transports in UCX
+// cannot report a peer's failure. Declared here so callers need no UCX header.
 class Store;
-std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store);
+std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store,
+                                              const std::vector<bool>& watched_locally);
 
 }  // namespace pride

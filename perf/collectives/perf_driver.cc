@@ -166,6 +166,18 @@ void print_ranks(Store& store, const Communicator& comm) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::string me = fmt::format("#  Rank {:2} pid {:7} on {}", comm.rank(), getpid(), host);
+  // The route to each peer (nccl-tests prints devices): shows which UCX transports carry the data.
+  constexpr int kShownPeers = 8;
+  std::string routes;
+  for (int p = 0, shown = 0; p < comm.size(); ++p) {
+    if (p == comm.rank()) continue;
+    if (shown++ == kShownPeers) {
+      routes += " ...";
+      break;
+    }
+    routes += fmt::format(" {}:{}", p, comm.transport().route(p));
+  }
+  if (!routes.empty()) me += ", via" + routes;
   store.set(fmt::format("who/{}", comm.rank()), std::vector<uint8_t>(me.begin(), me.end()));
   if (comm.rank() != 0) return;
   for (int r = 0; r < comm.size(); ++r) {

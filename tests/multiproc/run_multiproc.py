@@ -3,7 +3,8 @@
 
   run_multiproc.py perf  --torchrun T --nproc N -- BINARY ARGS...
       torchrun --standalone --no-python BINARY ARGS with N ranks; passes when torchrun exits 0 and
-      rank 0 reports "# Out of bounds values : 0 OK".
+      rank 0 reports "# Out of bounds values : 0 OK". With --expect-route REGEX, every route the
+      ranks print ("#  Rank r ... via p:ROUTE ...") must also match REGEX (e.g. shared memory).
 
   run_multiproc.py fault --probe P --nproc N --scenario S [--victim V] [--timeout SECONDS]
       starts N fault_probe ranks itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, PRIDE_TIMEOUT)
@@ -15,6 +16,7 @@ Every wait here has a deadline; on expiry all processes of the test are killed a
 """
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -56,7 +58,21 @@ def run_perf(args):
         fail(f"torchrun exited with {proc.returncode}")
     if "# Out of bounds values : 0 OK" not in out:
         fail("rank 0 did not report '# Out of bounds values : 0 OK'")
+    if args.expect_route:
+        check_routes(out, args.expect_route, args.nproc)
     print("PASS")
+
+
+def check_routes(out, pattern, nproc):
+    routes = []
+    for line in out.splitlines():
+        if line.startswith("#  Rank") and " via " in line:
+            routes += [entry.split(":", 1)[1] for entry in line.split(" via ", 1)[1].split() if ":" in entry]
+    if len(routes) != nproc * (nproc - 1):
+        fail(f"expected {nproc * (nproc - 1)} peer routes in the ranks' header lines, found {len(routes)}")
+    wrong = [r for r in routes if not re.fullmatch(pattern, r)]
+    if wrong:
+        fail(f"routes {sorted(set(wrong))} do not match {pattern!r}")
 
 
 def free_port():
@@ -184,6 +200,7 @@ def main():
     perf.add_argument("--torchrun", required=True)
     perf.add_argument("--nproc", type=int, required=True)
     perf.add_argument("--deadline", type=float, default=500)
+    perf.add_argument("--expect-route", help="regex every printed peer route must match")
     perf.add_argument("command", nargs=argparse.REMAINDER)
     fault = sub.add_parser("fault")
     fault.add_argument("--probe", required=True)

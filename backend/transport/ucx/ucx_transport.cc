@@ -1,6 +1,11 @@
 #include "backend/transport/ucx/ucx_transport.h"
 
+#include <poll.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -100,13 +105,16 @@ void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t*
 
 }  // namespace
 
-UcxTransport::UcxTransport(int rank, int size, Store& store) : rank_(rank), size_(size) {
+UcxTransport::UcxTransport(int rank, int size, Store& store, const std::vector<bool>& watched_locally)
+    : rank_(rank), size_(size) {
   PRIDE_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size {} is outside [1, {}]", size, kMaxRanks);
   ucp_config_t* config = nullptr;
   PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG;
+  // WAKEUP: the worker gets an event fd, so a rank with nothing to do can block on it (see
+  // wait_for_activity) instead of polling shared memory while the ranks it waits for need the core.
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.estimated_num_eps = size_t(size);
   params.mt_workers_shared = 0;
   ucs_status_t st = ucp_init(&params, config, &context_);
@@ -117,6 +125,10 @@ UcxTransport::UcxTransport(int rank, int size, Store& store) : rank_(rank), size
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
   PRIDE_UCX_CHECK(ucp_worker_create(context_, &wparams, &worker_), "rank {}", rank);
+  if (ucp_worker_get_efd(worker_, &event_fd_) != UCS_OK) {
+    event_fd_ = -1;  // wait_for_activity falls back to sleeping
+    log().debug("rank {}: the UCX worker has no event fd; waits will sleep instead", rank);
+  }
 
   // Publish our worker address, then connect to everyone's.
   ucp_address_t* address = nullptr;
@@ -136,7 +148,12 @@ UcxTransport::UcxTransport(int rank, int size, Store& store) : rank_(rank), size
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // Peer-failure handling makes UCX report a dead peer, but UCX (1.13) then refuses its shared-memory
+    // transports, which cannot, and sends even same-host traffic through TCP loopback: two kernel
+    // copies per message. A same-host peer the communicator watches by pid needs no report from UCX,
+    // so it gets shared memory (posix/sysv FIFOs, and CMA single-copy for large messages).
+    peer->watched_locally = p != rank && size_t(p) < watched_locally.size() && watched_locally[size_t(p)];
+    ep.err_mode = peer->watched_locally ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &UcxTransport::on_endpoint_error;
     ep.err_handler.arg = peer.get();
     PRIDE_UCX_CHECK(ucp_ep_create(worker_, &ep, &peer->ep), "rank {}: connecting to peer {}", rank, p);
@@ -187,6 +204,31 @@ std::string UcxTransport::peer_failure(int peer) const {
   return peers_[size_t(peer)]->failure;
 }
 
+std::string UcxTransport::route(int peer) const {
+  if (peer < 0 || peer >= size_ || peers_[size_t(peer)]->ep == nullptr) return {};
+  // UCX has no query for an endpoint's transports before 1.14: read them off its printed lane table
+  // ("lane[0]:  3:posix/memory.0 md[2] ...").
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* stream = open_memstream(&text, &length);
+  if (stream == nullptr) return {};
+  ucp_ep_print_info(peers_[size_t(peer)]->ep, stream);
+  std::fclose(stream);
+  std::string printed(text, length);
+  std::free(text);
+  std::vector<std::string> transports;
+  for (size_t at = printed.find("lane["); at != std::string::npos; at = printed.find("lane[", at + 1)) {
+    const size_t colon = printed.find(':', printed.find("]:", at) + 2);
+    const size_t slash = printed.find('/', colon);
+    if (colon == std::string::npos || slash == std::string::npos) break;
+    std::string tl = printed.substr(colon + 1, slash - colon - 1);
+    if (std::find(transports.begin(), transports.end(), tl) == transports.end()) transports.push_back(tl);
+  }
+  std::string joined;
+  for (const auto& tl : transports) joined += (joined.empty() ? "" : "+") + tl;
+  return joined;
+}
+
 RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes) {
   PRIDE_ENFORCE(peer >= 0 && peer < size_, "rank {}: send to invalid peer {}", rank_, peer);
   auto req = std::make_unique<UcxRequest>(worker_, peer, true);
@@ -220,8 +262,28 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes) {
 
 bool UcxTransport::progress() { return ucp_worker_progress(worker_) != 0; }
 
-std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store) {
-  return std::make_unique<UcxTransport>(rank, size, store);
+void UcxTransport::wait_for_activity(std::chrono::microseconds max_wait) {
+  if (event_fd_ < 0) {
+    Transport::wait_for_activity(max_wait);
+    return;
+  }
+  // Arming fails with BUSY when events are already queued: the caller's next progress() has work.
+  const ucs_status_t armed = ucp_worker_arm(worker_);
+  if (armed == UCS_ERR_BUSY) return;
+  if (armed != UCS_OK) {
+    Transport::wait_for_activity(max_wait);
+    return;
+  }
+  pollfd fd{event_fd_, POLLIN, 0};
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(max_wait);
+  const timespec timeout{static_cast<time_t>(seconds.count()),
+                         static_cast<long>(std::chrono::nanoseconds(max_wait - seconds).count())};
+  ppoll(&fd, 1, &timeout, nullptr);  // EINTR or a timeout: the caller progresses and checks again
+}
+
+std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store,
+                                              const std::vector<bool>& watched_locally) {
+  return std::make_unique<UcxTransport>(rank, size, store, watched_locally);
 }
 
 }  // namespace pride

@@ -20,7 +20,7 @@ namespace pride {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(int rank, int size, Store& store);
+  UcxTransport(int rank, int size, Store& store, const std::vector<bool>& watched_locally);
   ~UcxTransport() override;
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
@@ -31,7 +31,9 @@ class UcxTransport final : public Transport {
   RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) override;
   bool progress() override;
+  void wait_for_activity(std::chrono::microseconds max_wait) override;
   std::string peer_failure(int peer) const override;
+  std::string route(int peer) const override;
   void close_abortively() override { abortive_close_ = true; }
 
   ucp_worker_h worker() const { return worker_; }
@@ -42,6 +44,7 @@ class UcxTransport final : public Transport {
     int rank = -1;
     ucp_ep_h ep = nullptr;
     std::string failure;  // set by the endpoint's error handler
+    bool watched_locally = false;  // no UCX error handling: the communicator checks the peer's pid
   };
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void close_endpoints();
@@ -50,6 +53,7 @@ class UcxTransport final : public Transport {
   int size_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;  // the worker's wakeup fd (UCP_FEATURE_WAKEUP); -1 when UCX has none
   std::vector<std::unique_ptr<Peer>> peers_;
   bool closing_ = false;
   bool abortive_close_ = false;
