@@ -51,6 +51,7 @@ Collective::Collective(Communicator& comm, std::string name, std::string algorit
 }
 
 int Collective::rank() const { return comm_.rank_; }
+Workspace& Collective::workspace() { return comm_.workspace_; }
 int Collective::size() const { return comm_.size_; }
 
 std::string Collective::describe() const {

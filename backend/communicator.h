@@ -16,6 +16,7 @@
 
 #include "backend/store/store.h"
 #include "backend/transport/transport.h"
+#include "backend/workspace.h"
 
 namespace pride {
 
@@ -59,6 +60,9 @@ class Collective {
   void wait_all(std::vector<RequestPtr>& requests);
   // Blocking exchange with two peers (the ring step): send to `to`, receive from `from`.
   void sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes, uint32_t slot);
+
+  // The communicator's reusable scratch memory (see workspace.h).
+  Workspace& workspace();
 
   [[noreturn]] void fail(const std::string& what);  // throws Error naming the collective; notifies peers
   std::string describe() const;                     // "rank 1/4: sign_allreduce #12 (ring)"
@@ -114,6 +118,8 @@ class Communicator {
   // After a failure that may have left peers mid-collective, the communicator refuses further work.
   bool broken() const { return !broken_reason_.empty(); }
 
+  Workspace& workspace() { return workspace_; }
+
  private:
   friend class Collective;
   // Progresses the transport once; throws PeerError when another rank sent an abort notice.
@@ -145,6 +151,7 @@ class Communicator {
   std::array<char, 512> abort_notice_{};
   RequestPtr abort_receive_;
   bool aborting_ = false;
+  Workspace workspace_;
 };
 
 }  // namespace pride

@@ -1,4 +1,6 @@
 // unpack_vote and unpack_mean against per-element oracles; the output past n must stay untouched.
+#include <cstring>
+
 #include "oracle.h"
 
 namespace pride::bits::test {
@@ -35,6 +37,24 @@ TEST_P(UnpackTest, Vote) {
         ASSERT_EQ(y, expected) << dtype_name(dtype) << " n=" << n << " tie=" << with_tie;
       }
     }
+  }
+}
+
+// Outputs of 4 MiB and more are written with streaming stores when 32-byte aligned (as torch's
+// tensors are): the same values, and nothing past n, as the cached path.
+TEST_P(UnpackTest, VoteLargeAlignedOutput) {
+  for (DType dtype : kAllTypes) {
+    const size_t n = (size_t(4) << 20) / dtype_size(dtype) + 77;
+    const auto pos = random_plane(n);
+    const auto tie = random_plane(n, 0.3);
+    auto expected = output_buffer(dtype, n);
+    for (size_t j = 0; j < n; ++j) {
+      store_float(dtype, bit(pos.data(), j) ? 1.0f : bit(tie.data(), j) ? 0.0f : -1.0f, expected.data(), j);
+    }
+    std::vector<uint8_t> storage(expected.size() + 32, kCanary);
+    uint8_t* y = storage.data() + (32 - reinterpret_cast<uintptr_t>(storage.data()) % 32) % 32;
+    unpack_vote(pos.data(), tie.data(), n, y, dtype);
+    ASSERT_EQ(0, std::memcmp(y, expected.data(), expected.size())) << dtype_name(dtype) << " n=" << n;
   }
 }
 

@@ -11,7 +11,8 @@ namespace pride {
 
 class DirectSegment {
  public:
-  DirectSegment(Collective& c, const SignPlan& plan, const SignSegment& seg);
+  // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.
+  DirectSegment(Collective& c, const SignPlan& plan, const SignSegment& seg, uint32_t instance);
   // Stage 1: every owner's shard of this rank's votes goes out; the shards of this rank's chunk are
   // posted to arrive. Returns at once.
   void post_shards();
@@ -25,9 +26,10 @@ class DirectSegment {
   Collective& c_;
   const SignPlan& plan_;
   SignSegment seg_;
-  std::vector<uint64_t> shards_;   // this rank's votes, chunk-major (chunk j: `counters` planes)
-  std::vector<uint64_t> inbox_;    // peers' votes on my chunk
-  std::vector<uint64_t> results_;  // result chunks, chunk-major
+  uint32_t instance_;
+  uint64_t* shards_ = nullptr;   // this rank's votes, chunk-major (chunk j: `counters` planes)
+  uint64_t* inbox_ = nullptr;    // peers' votes on my chunk
+  uint64_t* results_ = nullptr;  // result chunks, chunk-major
   std::vector<RequestPtr> requests_;
 };
 

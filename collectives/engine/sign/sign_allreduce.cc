@@ -10,6 +10,7 @@
 #include "collectives/engine/sign/direct_segment.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_algorithms.h"
+#include "collectives/engine/sign/sign_scratch.h"
 
 namespace pride {
 namespace {
@@ -47,13 +48,17 @@ struct SegmentRange {
   uint32_t slot_base;
 };
 
+uint64_t* result_planes(SignResult& r) {
+  return r.borrowed_planes != nullptr ? const_cast<uint64_t*>(r.borrowed_planes) : r.planes.data();
+}
+
 // Runs the segments in order: pack, communicate, unpack.
 void run_in_sequence(Collective& c, SignResult& result, const uint64_t* votes, const std::vector<SegmentRange>& segs,
                      const SegmentHooks& hooks) {
   AlgorithmFn run = algorithm_fn(result.algorithm);
   for (const SegmentRange& s : segs) {
     if (hooks.pack) hooks.pack(s.first_word, s.nwords);
-    run(c, result.plan, {votes + s.first_word, result.nwords, result.planes.data() + s.first_word, result.nwords,
+    run(c, result.plan, {votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
                          s.nwords, s.slot_base});
     if (hooks.unpack) hooks.unpack(result, s.first_word, s.nwords);
   }
@@ -68,8 +73,9 @@ void run_direct_pipelined(Collective& c, SignResult& result, const uint64_t* vot
     const SegmentRange& s = segs[i];
     return std::make_unique<DirectSegment>(
         c, result.plan,
-        SignSegment{votes + s.first_word, result.nwords, result.planes.data() + s.first_word, result.nwords,
-                    s.nwords, s.slot_base});
+        SignSegment{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
+                    s.nwords, s.slot_base},
+        uint32_t(i % 2));
   };
   auto pack = [&](size_t i) {
     if (hooks.pack) hooks.pack(segs[i].first_word, segs[i].nwords);
@@ -95,8 +101,10 @@ void run_direct_pipelined(Collective& c, SignResult& result, const uint64_t* vot
   unpack(segs.size() - 1);
 }
 
+// `planes_out`: where the result planes go (plan.result_planes × words_for(numel) words); null: into
+// the returned SignResult's own vector.
 SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
-                              uint32_t dtype_code, const SegmentHooks& hooks) {
+                              uint32_t dtype_code, const SegmentHooks& hooks, uint64_t* planes_out) {
   SignResult result;
   result.plan = SignPlan::make(comm.size(), options.mode, options.votes);
   result.numel = numel;
@@ -104,7 +112,11 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   result.algorithm = options.algorithm != SignAlgorithm::kAuto
                          ? options.algorithm
                          : select_sign_algorithm(result.plan, numel, comm.num_nodes(), comm.ranks_per_core());
-  result.planes.assign(size_t(result.plan.result_planes) * result.nwords, 0);
+  if (planes_out != nullptr) {
+    result.borrowed_planes = planes_out;
+  } else {
+    result.planes.resize(size_t(result.plan.result_planes) * result.nwords);  // every word is written
+  }
 
   Fingerprint fp;
   fp.op = kSignAllreduceOp;
@@ -159,7 +171,7 @@ void SignResult::write(void* y, bits::DType dtype) const { write_words(*this, 0,
 
 SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
                                  uint32_t dtype_code) {
-  return run_sign_allreduce(comm, votes, numel, options, dtype_code, {});
+  return run_sign_allreduce(comm, votes, numel, options, dtype_code, {}, nullptr);
 }
 
 void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel, const SignOptions& options) {
@@ -168,18 +180,22 @@ void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel
   PRIDE_CHECK_ARG(x != nullptr || numel == 0, "sign_allreduce: null buffer");
   const size_t nwords = bits::words_for(numel), elem = bits::dtype_size(dtype);
   const bool binary = options.votes == VoteKind::kBinary;
-  std::vector<uint64_t> votes(size_t(binary ? 1 : 2) * nwords);
+  // Packed votes and result planes live in the communicator's workspace: no allocation, page faults
+  // or zero-fill per call.
+  uint64_t* votes = sign_scratch(comm, SignScratch::kVotes, size_t(binary ? 1 : 2) * nwords);
+  const int result_planes = SignPlan::make(comm.size(), options.mode, options.votes).result_planes;
+  uint64_t* planes = sign_scratch(comm, SignScratch::kResultPlanes, size_t(result_planes) * nwords);
   SegmentHooks hooks;
   hooks.pack = [&](size_t first_word, size_t words) {
     const size_t begin = first_word * 64, count = std::min(numel, (first_word + words) * 64) - begin;
     const void* in = static_cast<const char*>(x) + begin * elem;
-    if (binary) bits::pack_binary(in, dtype, count, votes.data() + first_word);
-    else bits::pack_ternary(in, dtype, count, votes.data() + first_word, votes.data() + nwords + first_word);
+    if (binary) bits::pack_binary(in, dtype, count, votes + first_word);
+    else bits::pack_ternary(in, dtype, count, votes + first_word, votes + nwords + first_word);
   };
   hooks.unpack = [&](const SignResult& r, size_t first_word, size_t words) {
     write_words(r, first_word, words, x, dtype);
   };
-  run_sign_allreduce(comm, votes.data(), numel, options, uint32_t(dtype), hooks);
+  run_sign_allreduce(comm, votes, numel, options, uint32_t(dtype), hooks, planes);
 }
 
 void sign_allreduce_packed(Communicator& comm, const uint8_t* packed, size_t numel, const SignOptions& options,
@@ -197,7 +213,7 @@ void sign_allreduce_packed(Communicator& comm, const uint8_t* packed, size_t num
   hooks.unpack = [&](const SignResult& r, size_t first_word, size_t words) {
     write_words(r, first_word, words, out, out_type);
   };
-  run_sign_allreduce(comm, votes.data(), numel, options, kPackedDtypeCode, hooks);
+  run_sign_allreduce(comm, votes.data(), numel, options, kPackedDtypeCode, hooks, nullptr);
 }
 
 }  // namespace pride

@@ -26,7 +26,12 @@ struct SignResult {
   size_t numel = 0;
   size_t nwords = 0;
   std::vector<uint64_t> planes;  // plan.result_planes planes of nwords words, plane-major
-  const uint64_t* plane(int p) const { return planes.data() + size_t(p) * nwords; }
+  // Where the planes are when they are not in `planes`: the values API keeps them in the
+  // communicator's workspace (valid until its next collective).
+  const uint64_t* borrowed_planes = nullptr;
+  const uint64_t* plane(int p) const {
+    return (borrowed_planes != nullptr ? borrowed_planes : planes.data()) + size_t(p) * nwords;
+  }
   const uint64_t* tie_plane() const { return plan.has_tie_plane() ? plane(1) : nullptr; }
   // Writes the values (−1/0/+1, or s/N) as float32/bf16/fp16 (or int8 for votes).
   void write(void* y, bits::DType dtype) const;

@@ -7,6 +7,9 @@
 #include "collectives/engine/standard/reduce_ops.h"
 
 namespace pride::standard {
+namespace {
+constexpr uint32_t kRingScratchOwner = 0x100;  // workspace key: the reduce-scatter's two segments
+}  // namespace
 
 size_t Blocks::largest() const { return count.empty() ? 0 : *std::max_element(count.begin(), count.end()); }
 
@@ -45,8 +48,8 @@ void ring_reduce_scatter(Collective& c, const void* in, void* out, const Blocks&
   const size_t rounds = (largest + segment - 1) / segment;
   // Two scratch segments: step s receives into one while the other, filled at step s-1, is sent.
   const size_t scratch_elements = std::min(segment, largest);
-  std::vector<char> scratch(2 * scratch_elements * element);
-  char* acc[2] = {scratch.data(), scratch.data() + scratch_elements * element};
+  char* scratch = c.workspace().get<char>({kRingScratchOwner, 0}, 2 * scratch_elements * element);
+  char* acc[2] = {scratch, scratch + scratch_elements * element};
 
   for (size_t j = 0; j < rounds; ++j) {
     // Segment j of block b: [begin, begin + length) within the block, empty past its end.

@@ -1,0 +1,30 @@
+// The sign-allreduce's buffers in the communicator's workspace (backend/workspace.h): one key per
+// buffer and live instance, so buffers in use at the same time never share memory.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/communicator.h"
+
+namespace pride {
+
+enum class SignScratch : uint32_t {
+  kVotes, kResultPlanes,                                         // the values API, whole tensor
+  kRingPartial, kRingIncoming, kRingResults,                     // per segment
+  kTreeAcc, kTreeFromChild0, kTreeFromChild1, kTreeResult,
+  kAllgatherAll, kAllgatherCounts,
+  kDirectShards, kDirectInbox, kDirectResults, kDirectCounts,
+};
+
+// `instance` tells apart segments that are in flight together (the direct pipeline has two).
+template <class T = uint64_t>
+T* sign_scratch(Collective& c, SignScratch what, size_t count, uint32_t instance = 0) {
+  constexpr uint32_t kOwner = 0x5160;  // the sign-allreduce's fingerprint op id
+  return c.workspace().get<T>({kOwner, uint32_t(what) * 4 + instance}, count);
+}
+template <class T = uint64_t>
+T* sign_scratch(Communicator& comm, SignScratch what, size_t count) {
+  return comm.workspace().get<T>({0x5160, uint32_t(what) * 4}, count);
+}
+
+}  // namespace pride
