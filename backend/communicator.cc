@@ -77,8 +77,16 @@ RequestPtr Collective::recv(int peer, uint32_t slot, void* buf, size_t bytes) {
 
 void Collective::check_request(const Request& r) {
   if (r.state() == Request::State::kDone) {
-    if (!r.is_send()) comm_.traffic_[algorithm_].bytes_received += r.bytes();
-    return;
+    if (r.is_send()) return;
+    comm_.traffic_[algorithm_].bytes_received += r.bytes();
+    if (r.bytes() == r.posted_bytes()) return;
+    // Every message of a collective has a size both ends compute from the call's arguments; a
+    // shorter one means the ranks disagree (caught earlier by the fingerprint unless it is disabled).
+    std::string message = fmt::format("pride {}: peer {} sent {} bytes where this rank expected {}; the ranks "
+                                      "called the collective with different arguments", describe(), r.peer(),
+                                      r.bytes(), r.posted_bytes());
+    comm_.notify_abort(message);
+    throw MismatchError(message);
   }
   std::string peer_failure = comm_.transport_->peer_failure(r.peer());
   std::string message;
@@ -164,9 +172,12 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
 
 Communicator::~Communicator() {
   abort_receive_.reset();
-  if (broken()) transport_->close_abortively();
-  // Let in-flight eager sends (abort notices, the last result chunks) leave before endpoints close.
-  for (int i = 0; i < 64 && transport_->progress(); ++i) {
+  if (broken()) {
+    transport_->abort();  // usually done already; the transport makes a second call cheap
+  } else {
+    // Let in-flight eager sends (the last result chunks) leave before endpoints close.
+    for (int i = 0; i < 64 && transport_->progress(); ++i) {
+    }
   }
 }
 
@@ -233,6 +244,7 @@ bool Communicator::progress_or_throw(const std::string& context) {
     post_abort_receive();
     std::string message = fmt::format("pride {}: peer {} gave up: {}", context, peer, reason);
     broken_reason_ = message;
+    transport_->abort();  // before the failed collective unwinds and frees the buffers of its sends
     throw PeerError(message);
   }
   return progressed;
@@ -255,6 +267,11 @@ void Communicator::notify_abort(const std::string& reason) {
   for (auto& n : notices) {
     while (n->pending() && Clock::now() < until) transport_->progress();
   }
+  notices.clear();
+  // The group is broken from here on. Close every connection now, while the failed collective's
+  // buffers still exist: a send still queued to a stuck peer must not read them after the caller
+  // has unwound and freed them.
+  transport_->abort();
   aborting_ = false;
 }
 

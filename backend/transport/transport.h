@@ -29,6 +29,7 @@ class Request {
   bool pending() const { return state_ == State::kPending; }
   int peer() const { return peer_; }             // for a receive from any peer: the sender, once done
   size_t bytes() const { return bytes_; }        // received length once done
+  size_t posted_bytes() const { return posted_bytes_; }  // the buffer's size as posted
   const std::string& error() const { return error_; }
   bool is_send() const { return is_send_; }
 
@@ -36,6 +37,7 @@ class Request {
   State state_ = State::kPending;
   int peer_ = -1;
   size_t bytes_ = 0;
+  size_t posted_bytes_ = 0;
   bool is_send_ = false;
   std::string error_;
 };
@@ -70,8 +72,11 @@ class Transport {
   // How messages to `peer` travel, for logs and perf tools (e.g. "posix+cma" or "tcp").
   virtual std::string route(int /*peer*/) const { return name(); }
 
-  // After a failure: close connections without waiting for peers (which may be gone or stuck).
-  virtual void close_abortively() = 0;
+  // After a failure: closes every connection at once, without waiting for peers (which may be gone
+  // or stuck), and fails the sends still pending, so that nothing reads the callers' buffers once the
+  // failed collective has unwound. Sends fail from then on; receives still posted are cancelled by
+  // destroying their requests.
+  virtual void abort() = 0;
 };
 
 // Builds the UCX transport: creates a worker, publishes its address in the store and connects to

@@ -1,10 +1,12 @@
 // Communicator and transport: point-to-point delivery, tags, fingerprints, deadlines, traffic counters.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <numeric>
 #include <vector>
 
 #include "backend/common/error.h"
+#include "backend/common/settings.h"
 #include "tests/engine/rank_threads.h"
 
 namespace pride {
@@ -60,6 +62,22 @@ TEST(Communicator, MismatchLeavesGroupUsable) {
     c.sendrecv((comm.rank() + 1) % 3, &v, sizeof v, (comm.rank() + 2) % 3, &got, sizeof got, 0);
     EXPECT_EQ(got, (comm.rank() + 2) % 3);
   });
+}
+
+// With the fingerprint check off, a message shorter than the receive posted for it is still a
+// mismatch, not silently half-filled data.
+TEST(Communicator, ShortMessageIsAMismatchWithoutFingerprints) {
+  setenv("PRIDE_CHECK_FINGERPRINT", "0", 1);
+  Settings::reload();
+  auto errors = run_ranks_collect_errors(2, [](Communicator& comm) {
+    Collective c = comm.begin("allgather", "ring", Fingerprint{0, 1, 0, 1, 0});
+    std::vector<char> out(comm.rank() == 0 ? 100 : 200, 'x'), in(200);
+    c.sendrecv(1 - comm.rank(), out.data(), out.size(), 1 - comm.rank(), in.data(), in.size(), 0);
+  });
+  unsetenv("PRIDE_CHECK_FINGERPRINT");
+  Settings::reload();
+  EXPECT_NE(errors[1].find("peer 0 sent 100 bytes where this rank expected 200"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("different arguments"), std::string::npos) << errors[1];
 }
 
 TEST(Communicator, SilentPeerTimesOutNamingIt) {

@@ -35,10 +35,11 @@ struct UcxOp {
 
 class UcxRequest final : public Request {
  public:
-  UcxRequest(ucp_worker_h worker, int peer, bool is_send) : worker_(worker), op_(new UcxOp) {
+  UcxRequest(ucp_worker_h worker, int peer, bool is_send, size_t bytes) : worker_(worker), op_(new UcxOp) {
     op_->owner = this;
     peer_ = peer;
     is_send_ = is_send;
+    posted_bytes_ = bytes;
   }
   ~UcxRequest() override {
     if (op_ == nullptr) return;
@@ -169,21 +170,32 @@ UcxTransport::~UcxTransport() {
 }
 
 void UcxTransport::close_endpoints() {
-  // Flush-close every endpoint so the last messages leave; after a failure (or for a failed peer)
-  // close by force. A close that has not finished by the deadline is released anyway: UCX completes
-  // and frees it inside ucp_worker_destroy, and destruction never hangs on a silent peer.
+  // Flush-close every endpoint so the last messages leave; endpoints of failed peers close by force.
+  // A close that has not finished within 2 s is released anyway: UCX completes and frees it inside
+  // ucp_worker_destroy, so destruction never hangs on a silent peer.
+  close_all(0, std::chrono::seconds(2));
+}
+
+void UcxTransport::abort() {
+  log().debug("rank {}: closing every endpoint by force after a failure", rank_);
+  close_all(UCP_EP_CLOSE_FLAG_FORCE, std::chrono::milliseconds(500));
+}
+
+void UcxTransport::close_all(uint32_t flags_for_live_peers, std::chrono::milliseconds patience) {
   closing_ = true;
   std::vector<void*> closing;
   for (auto& peer : peers_) {
     if (!peer || peer->ep == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = (abortive_close_ || !peer->failure.empty()) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = peer->failure.empty() ? flags_for_live_peers : uint32_t(UCP_EP_CLOSE_FLAG_FORCE);
     ucs_status_ptr_t req = ucp_ep_close_nbx(peer->ep, &param);
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing.push_back(req);
     peer->ep = nullptr;
+    if (peer->failure.empty()) peer->failure = "connection closed";  // later sends fail at once
   }
-  auto deadline = Clock::now() + std::chrono::seconds(abortive_close_ ? 0 : 2);
+  // A forced close completes the endpoint's pending sends (cancelled) within a few progress calls.
+  const auto deadline = Clock::now() + patience;
   for (void* req : closing) {
     while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) {
       ucp_worker_progress(worker_);
@@ -231,7 +243,7 @@ std::string UcxTransport::route(int peer) const {
 
 RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes) {
   PRIDE_ENFORCE(peer >= 0 && peer < size_, "rank {}: send to invalid peer {}", rank_, peer);
-  auto req = std::make_unique<UcxRequest>(worker_, peer, true);
+  auto req = std::make_unique<UcxRequest>(worker_, peer, true, bytes);
   if (!peers_[size_t(peer)]->failure.empty()) {
     req->start(UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET));
     return req;
@@ -248,7 +260,7 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes)
 RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes) {
   PRIDE_ENFORCE(peer == kAnyPeer || (peer >= 0 && peer < size_), "rank {}: receive from invalid peer {}",
                 rank_, peer);
-  auto req = std::make_unique<UcxRequest>(worker_, peer, false);
+  auto req = std::make_unique<UcxRequest>(worker_, peer, false, bytes);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

@@ -34,7 +34,7 @@ class UcxTransport final : public Transport {
   void wait_for_activity(std::chrono::microseconds max_wait) override;
   std::string peer_failure(int peer) const override;
   std::string route(int peer) const override;
-  void close_abortively() override { abortive_close_ = true; }
+  void abort() override;
 
   ucp_worker_h worker() const { return worker_; }
 
@@ -48,6 +48,9 @@ class UcxTransport final : public Transport {
   };
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void close_endpoints();
+  // Closes the endpoints with `flags` (0: flush; UCP_EP_CLOSE_FLAG_FORCE) and progresses until the
+  // closes finish or `patience` passes.
+  void close_all(uint32_t flags_for_live_peers, std::chrono::milliseconds patience);
 
   int rank_;
   int size_;
@@ -56,7 +59,6 @@ class UcxTransport final : public Transport {
   int event_fd_ = -1;  // the worker's wakeup fd (UCP_FEATURE_WAKEUP); -1 when UCX has none
   std::vector<std::unique_ptr<Peer>> peers_;
   bool closing_ = false;
-  bool abortive_close_ = false;
 };
 
 }  // namespace pride
