@@ -108,6 +108,17 @@ void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t*
 
 UcxTransport::UcxTransport(int rank, int size, Store& store, const std::vector<bool>& watched_locally)
     : rank_(rank), size_(size) {
+  // A constructor that throws runs no destructor: release what was created so far.
+  try {
+    connect(store, watched_locally);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locally) {
+  const int rank = rank_, size = size_;
   PRIDE_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size {} is outside [1, {}]", size, kMaxRanks);
   ucp_config_t* config = nullptr;
   PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank);
@@ -163,10 +174,16 @@ UcxTransport::UcxTransport(int rank, int size, Store& store, const std::vector<b
   log().debug("rank {}: UCX transport up, {} peers", rank, size);
 }
 
-UcxTransport::~UcxTransport() {
-  close_endpoints();
-  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+UcxTransport::~UcxTransport() { release(); }
+
+void UcxTransport::release() {
+  if (worker_ != nullptr) {
+    close_endpoints();
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
   if (context_ != nullptr) ucp_cleanup(context_);
+  context_ = nullptr;
 }
 
 void UcxTransport::close_endpoints() {

@@ -47,6 +47,8 @@ class UcxTransport final : public Transport {
     bool watched_locally = false;  // no UCX error handling: the communicator checks the peer's pid
   };
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void connect(Store& store, const std::vector<bool>& watched_locally);  // the constructor's work
+  void release();  // closes endpoints, destroys the worker and the context (each if it exists)
   void close_endpoints();
   // Closes the endpoints with `flags` (0: flush; UCP_EP_CLOSE_FLAG_FORCE) and progresses until the
   // closes finish or `patience` passes.
