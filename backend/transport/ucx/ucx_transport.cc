@@ -122,6 +122,19 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
   PRIDE_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size {} is outside [1, {}]", size, kMaxRanks);
   ucp_config_t* config = nullptr;
   PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank);
+  // Over TCP, UCX's rendezvous costs a request-to-send / ready-to-receive round trip per message,
+  // and on a busy link the small control messages queue behind bulk data: a 64 MiB fp32 ring
+  // allreduce between 4 hosts at 1 Gbit/s ran at 87% of Gloo's speed, 98% with eager sends (see
+  // docs/performance.md). Shared memory wants the opposite (rendezvous is CMA's single copy, eager
+  // twice as slow), and UCX's threshold is one per context: so a rank whose peers are all on other
+  // hosts sends eagerly at any size. The user's UCX_RNDV_THRESH wins.
+  const bool any_shared_memory_peer =
+      std::find(watched_locally.begin(), watched_locally.end(), true) != watched_locally.end();
+  if (size > 1 && !any_shared_memory_peer && std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    if (ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK) {
+      log().debug("rank {}: could not set UCX's RNDV_THRESH; keeping UCX's default", rank);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   // WAKEUP: the worker gets an event fd, so a rank with nothing to do can block on it (see

@@ -1,6 +1,7 @@
 #include "collectives/engine/standard/ring.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "collectives/engine/standard/common.h"
@@ -46,11 +47,17 @@ void ring_reduce_scatter(Collective& c, const void* in, void* out, const Blocks&
   const size_t segment = std::max<size_t>(1, kSegmentBytes / element);  // elements per message
   const size_t largest = blocks.largest();
   const size_t rounds = (largest + segment - 1) / segment;
-  // Two scratch segments: step s receives into one while the other, filled at step s-1, is sent.
+  // Three scratch segments in rotation: step t receives into one while the partial of step t-1 is
+  // on its way out of another, and the send of step t-1 has until step t+2 to finish before its
+  // buffer is received into again. A send's completion (on TCP, the peer's acknowledgement) is
+  // thus never waited for on the critical path, and the link stays busy between steps.
+  constexpr int kBuffers = 3;
   const size_t scratch_elements = std::min(segment, largest);
-  char* scratch = c.workspace().get<char>({kRingScratchOwner, 0}, 2 * scratch_elements * element);
-  char* acc[2] = {scratch, scratch + scratch_elements * element};
+  char* scratch = c.workspace().get<char>({kRingScratchOwner, 0}, kBuffers * scratch_elements * element);
+  std::array<RequestPtr, kBuffers> sending;  // the send reading each buffer, if any
+  std::vector<RequestPtr> input_sends;       // sends straight from the input (step 0 of each round)
 
+  uint64_t step_index = 0;  // steps so far, over all rounds: picks the buffer
   for (size_t j = 0; j < rounds; ++j) {
     // Segment j of block b: [begin, begin + length) within the block, empty past its end.
     auto part = [&](int b, size_t& begin) {
@@ -58,24 +65,39 @@ void ring_reduce_scatter(Collective& c, const void* in, void* out, const Blocks&
       return std::min(segment, blocks.count[size_t(b)] - begin);
     };
     const char* outgoing = nullptr;
+    int outgoing_buffer = -1;  // the scratch buffer `outgoing` lives in; -1 for the raw input
     // Step s: send the partial of block r-s-1 (at s = 0 the raw input), receive the partial of block
     // r-s-2 and add this rank's input to it. At the last step, s = n-2, that block is r itself.
-    for (int s = 0; s + 1 < n; ++s) {
+    for (int s = 0; s + 1 < n; ++s, ++step_index) {
       const int send_block = ring_mod(r - s - 1, n);
       const int recv_block = ring_mod(r - s - 2, n);
       size_t send_begin = 0, recv_begin = 0;
       const size_t send_count = part(send_block, send_begin);
       const size_t recv_count = part(recv_block, recv_begin);
       if (s == 0) outgoing = input + (blocks.offset[size_t(send_block)] + send_begin) * element;
-      char* incoming = acc[s & 1];
-      c.sendrecv(right, outgoing, send_count * element, left, incoming, recv_count * element,
-                 slot(phase, j * uint64_t(n - 1) + uint64_t(s)));
+      const int buffer = static_cast<int>(step_index % kBuffers);
+      char* incoming = scratch + size_t(buffer) * scratch_elements * element;
+      c.wait(sending[size_t(buffer)]);  // the send that last read this buffer (from step t-3 or so)
+      const uint32_t message_slot = slot(phase, j * uint64_t(n - 1) + uint64_t(s));
+      RequestPtr receive = c.recv(left, message_slot, incoming, recv_count * element);
+      RequestPtr send = c.send(right, message_slot, outgoing, send_count * element);
+      c.wait(receive);
+      // Both kinds finish in the background: the input is the caller's until we return (its block r,
+      // which the last step writes in place, is never sent), a scratch buffer until it is reused.
+      if (outgoing_buffer >= 0) {
+        sending[size_t(outgoing_buffer)] = std::move(send);
+      } else {
+        input_sends.push_back(std::move(send));
+      }
       const char* local = input + (blocks.offset[size_t(recv_block)] + recv_begin) * element;
       char* result = s + 2 == n ? output + recv_begin * element : incoming;
       reduce_elements(op, type, result, incoming, local, recv_count);
       outgoing = incoming;
+      outgoing_buffer = buffer;
     }
   }
+  for (auto& pending : sending) c.wait(pending);
+  c.wait_all(input_sends);
 }
 
 void ring_allgather(Collective& c, void* buf, const Blocks& blocks, size_t unit, uint32_t phase) {
