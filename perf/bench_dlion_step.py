@@ -1,0 +1,197 @@
+"""A Distributed Lion training step against the same step with gradients all-reduced in fp32 (SPEC §5).
+
+Every rank holds the same parameters (2^log2-numel fp32 elements in tensors of mixed sizes, as a
+model's) and its own gradients, and times, alternating in one loop so that noise hits every case:
+
+  D-Lion MaVo   pride.optim.DistributedLion(mode="vote").step(): local Lion update, sign-allreduce
+                of the update's signs (1 bit per parameter), apply the majority vote
+  G-Lion/gloo   gradients flattened, all-reduced in fp32 by torch's Gloo (what users run today),
+                averaged, then torch's Lion-equivalent step (foreach ops, as perf/bench_lion_step.py)
+  G-AdamW/gloo  the same fp32 all-reduce, then torch.optim.AdamW(foreach=True).step()
+
+and reports medians and the ratio to each fp32 case. The optimizer work runs in every case, so the
+difference is communication. Launches its own ranks, or with --env is one rank of a launcher's job
+(one per network namespace with scripts/netns_run.sh, for rate-limited links):
+
+    python perf/bench_dlion_step.py --ranks 4 --log2-numel 22
+    bash scripts/netns_run.sh -n 4 -r 1gbit -- .venv/bin/python perf/bench_dlion_step.py --env
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def model_like_sizes(total):
+    """Sizes of tensors adding up to `total` elements, like a transformer's weights and biases."""
+    sizes, left, k = [], total, 0
+    while left > 0:
+        s = min(left, [1 << 20, 3 * 1 << 18, 4096, 1 << 16, 768][k % 5])
+        sizes.append(s)
+        left -= s
+        k += 1
+    return sizes
+
+
+class Fp32AllreduceStep:
+    """Gradients flattened into one buffer, all-reduced (SUM) in fp32 over `group`, averaged, then
+    `update(params, grads)`: the data-parallel step of DDP-style training, one bucket."""
+
+    def __init__(self, params, group, update):
+        self.params, self.group, self.update = params, group, update
+        self.flat = torch.empty(sum(p.numel() for p in params))
+        self.world = dist.get_world_size(group)
+
+    def step(self):
+        views, at = [], 0
+        for p in self.params:
+            n = p.numel()
+            self.flat[at:at + n].copy_(p.grad.view(-1))
+            views.append(self.flat[at:at + n].view_as(p))
+            at += n
+        dist.all_reduce(self.flat, group=self.group)
+        self.flat.div_(self.world)
+        self.update(self.params, views)
+
+
+def foreach_lion(lr, betas, wd):
+    b1, b2 = betas
+    state = {}
+
+    def update(params, grads):
+        if "m" not in state:
+            state["m"] = [torch.zeros_like(p) for p in params]
+        m = state["m"]
+        with torch.no_grad():
+            torch._foreach_mul_(params, 1 - lr * wd)
+            u = torch._foreach_mul(m, b1)
+            torch._foreach_add_(u, grads, alpha=1 - b1)
+            torch._foreach_sign_(u)
+            torch._foreach_add_(params, u, alpha=-lr)
+            torch._foreach_mul_(m, b2)
+            torch._foreach_add_(m, grads, alpha=1 - b2)
+
+    return update
+
+
+def adamw(params, lr, wd):
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd, foreach=True)
+
+    def update(params_, grads):
+        for p, g in zip(params_, grads):
+            p.grad = g
+        opt.step()
+
+    return update
+
+
+def worker(rank, args, store_path, out_path):
+    import pride
+    from pride.optim import DistributedLion
+
+    if store_path is None:
+        dist.init_process_group("pride", timeout=timedelta(minutes=10))
+    else:
+        store = dist.FileStore(store_path, args.ranks)
+        dist.init_process_group("pride", store=store, rank=rank, world_size=args.ranks,
+                                timeout=timedelta(minutes=10))
+    gloo = dist.new_group(backend="gloo")
+    sizes = model_like_sizes(1 << args.log2_numel)
+    noise = torch.Generator().manual_seed(1000 + rank)  # each rank's own gradients
+
+    def make_params():  # the same parameters on every rank
+        return [torch.nn.Parameter(torch.randn(s, generator=torch.Generator().manual_seed(i)) * 0.02)
+                for i, s in enumerate(sizes)]
+
+    grads = [torch.randn(s, generator=noise) for s in sizes]
+    cases = {}
+    p_mavo = make_params()
+    mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote")
+    cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
+    p_glion = make_params()
+    cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, foreach_lion(1e-4, (0.9, 0.99), 0.1)).step)
+    p_adamw = make_params()
+    cases["G-AdamW (gloo fp32)"] = (p_adamw, Fp32AllreduceStep(p_adamw, gloo, adamw(p_adamw, 1e-3, 0.01)).step)
+
+    times = {name: [] for name in cases}
+    pride.reset_stats()
+    for it in range(args.warmup + args.iters):
+        for name, (params, step) in cases.items():
+            for p, g in zip(params, grads):
+                p.grad = g
+            dist.barrier(group=gloo)
+            start = time.perf_counter()
+            step()
+            dist.barrier(group=gloo)  # a step is done when every rank has its parameters
+            if it >= args.warmup:
+                times[name].append(time.perf_counter() - start)
+    # D-Lion keeps replicas identical: every rank applies the same vote.
+    digest = torch.stack([p.detach().double().sum() for p in p_mavo]).sum().reshape(1)
+    digests = [torch.zeros(1, dtype=torch.float64) for _ in range(args.ranks)]
+    dist.all_gather(digests, digest, group=gloo)
+    assert all(torch.equal(d, digests[0]) for d in digests), "D-Lion replicas diverged"
+    steps = args.warmup + args.iters
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"ranks": args.ranks, "numel": sum(sizes), "tensors": len(sizes),
+                       "median_s": {k: statistics.median(v) for k, v in times.items()},
+                       "min_s": {k: min(v) for k, v in times.items()},
+                       "dlion_bytes_per_step": pride.stats()["bytes_sent"] / steps}, f)
+    dist.destroy_process_group()
+
+
+def report(args, result):
+    med = result["median_s"]
+    where = "one rank per launcher-made host" if args.env else "on one host"
+    print(f"# {result['ranks']} ranks ({where}), {result['numel']} fp32 parameters in {result['tensors']} "
+          f"tensors, median of {args.iters} steps (min in brackets)")
+    mavo = med["D-Lion MaVo (pride)"]
+    print(f"{'step':<22} {'time (ms)':>18} {'D-Lion faster by':>17}")
+    for name, t in med.items():
+        print(f"{name:<22} {t * 1e3:>9.1f} [{result['min_s'][name] * 1e3:>6.1f}] {t / mavo:>16.2f}x")
+    print(f"# D-Lion sent {result['dlion_bytes_per_step'] * 8 / result['numel']:.3f} bits per parameter per step "
+          f"(rank 0); an fp32 ring all-reduce sends {64 * (result['ranks'] - 1) / result['ranks']:.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4, help="processes on this host (default 4)")
+    parser.add_argument("--log2-numel", type=int, default=22, help="parameters as a power of two (default 22)")
+    parser.add_argument("--iters", type=int, default=5, help="timed steps per case (default 5)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--env", action="store_true",
+                        help="be one rank of a job started by a launcher (RANK, WORLD_SIZE, MASTER_ADDR, "
+                             "MASTER_PORT); rank 0 prints the table")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        if args.env:
+            args.ranks = int(os.environ["WORLD_SIZE"])
+            rank = int(os.environ["RANK"])
+            worker(rank, args, None, out)
+            if rank != 0:
+                return 0
+        else:
+            mp.start_processes(worker, args=(args, os.path.join(tmp, "store"), out), nprocs=args.ranks,
+                               start_method="spawn")
+        with open(out) as f:
+            result = json.load(f)
+    return report(args, result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
