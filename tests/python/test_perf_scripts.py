@@ -1,0 +1,40 @@
+"""The side-by-side benchmarks (perf/bench_vs_gloo.py, perf/bench_dlion_step.py) run end to end.
+
+Tiny sizes, 2 ranks: these check that the tools work and that their built-in checks hold (pride's
+fp32 sum equals Gloo's; D-Lion replicas stay identical on every rank), not speed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(script, *args, timeout=120):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", script), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_bench_vs_gloo_reports_all_cases(tmp_path):
+    out = run("bench_vs_gloo.py", "--ranks", "2", "--log2-numel", "12", "--iters", "2",
+              "--json", str(tmp_path / "r.json"))
+    for case in ("gloo all_reduce fp32", "pride all_reduce fp32", "pride sign_allreduce"):
+        assert case in out, out
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["numel"] == 1 << 12
+    assert all(t > 0 for t in result["median_s"].values())
+
+
+def test_bench_dlion_step_keeps_replicas_identical(tmp_path):
+    out = run("bench_dlion_step.py", "--ranks", "2", "--log2-numel", "14", "--iters", "2",
+              "--json", str(tmp_path / "r.json"))
+    for case in ("D-Lion MaVo (pride)", "G-Lion (gloo fp32)", "G-AdamW (gloo fp32)"):
+        assert case in out, out
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["numel"] == 1 << 14
+    # 2 ranks: 1 bit of votes per parameter plus the result's bit(s), far below the fp32 ring's 32.
+    assert 0 < result["dlion_bytes_per_step"] * 8 / result["numel"] < 4
