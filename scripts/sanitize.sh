@@ -1,17 +1,41 @@
 #!/usr/bin/env bash
-# AddressSanitizer + UndefinedBehaviorSanitizer run of the engine: the thread-rank tests
-# (communicator, workspace, sign-allreduce, standard collectives) and every fault scenario of SPEC §6
-# as real processes, over shared memory and over TCP. Leak checking is on. Build tree: build/asan.
-# Needs the venv of scripts/setup.sh (torch's c10d store). Not part of .ci/run: it rebuilds the
-# engine with sanitizers (minutes on 2 cores).
+# Sanitizer runs of the engine. Default: AddressSanitizer + UBSan + LeakSanitizer on the thread-rank
+# tests (communicator, workspace, sign-allreduce, standard collectives) and every fault scenario of
+# SPEC §6 as real processes, over shared memory and over TCP (build tree build/asan). --thread:
+# ThreadSanitizer on the thread-rank tests (build/tsan; UCX itself is not instrumented, see
+# tests/sanitizers/tsan.supp). Needs the venv of scripts/setup.sh (torch's c10d store). Not part of
+# .ci/run: it rebuilds the engine with sanitizers (minutes on 2 cores).
 #
-#   bash scripts/sanitize.sh
+#   bash scripts/sanitize.sh [--thread]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in -h|--help) sed -n 2,7p "$0"; exit 0 ;; esac
+MODE=address
+case "${1:-}" in
+  -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+  --thread) MODE=thread ;;
+  "") ;;
+  *) echo "sanitize: unknown option $1 (see --help)"; exit 2 ;;
+esac
 bash scripts/setup.sh
 PY="$PWD/.venv/bin/python"
 mkdir -p build
+if [ "$MODE" = thread ]; then
+  cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIDE_SANITIZE=thread \
+    -DPython3_EXECUTABLE="$PY" -DPRIDE_BUILD_PERF=OFF > build/tsan.configure.log
+  cmake --build build/tsan -j2 --target test_communicator test_workspace test_sign_allreduce test_standard
+  # UCX_MEM_EVENTS=no: UCX's memory hooks crash under TSan when a thread exits.
+  export UCX_MEM_EVENTS=no TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 suppressions=$PWD/tests/sanitizers/tsan.supp"
+  status=0
+  for t in test_communicator test_workspace test_sign_allreduce test_standard; do
+    log="build/tsan/$t.log"
+    "build/tsan/tests/engine/$t" --gtest_brief=1 > "$log" 2>&1 || status=1
+    reports=$(grep -c "WARNING: ThreadSanitizer" "$log" || true)
+    echo "sanitize: $t (thread): $reports reports, $(grep -E 'PASSED|FAILED' "$log" | head -1)"
+    [ "$reports" = 0 ] || { status=1; grep -A30 "WARNING: ThreadSanitizer" "$log" | head -60; }
+  done
+  [ $status -eq 0 ] && echo "sanitize: no sanitizer reports" || echo "sanitize: FAILED"
+  exit $status
+fi
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIDE_SANITIZE=address,undefined \
   -DPython3_EXECUTABLE="$PY" -DPRIDE_BUILD_PERF=OFF > build/asan.configure.log
 cmake --build build/asan -j2 --target test_communicator test_workspace test_sign_allreduce test_standard fault_probe
