@@ -19,27 +19,14 @@ difference is communication. Launches its own ranks, or with --env is one rank o
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-
-def model_like_sizes(total):
-    """Sizes of tensors adding up to `total` elements, like a transformer's weights and biases."""
-    sizes, left, k = [], total, 0
-    while left > 0:
-        s = min(left, [1 << 20, 3 * 1 << 18, 4096, 1 << 16, 768][k % 5])
-        sizes.append(s)
-        left -= s
-        k += 1
-    return sizes
+from bench_common import ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes
 
 
 class Fp32AllreduceStep:
@@ -63,22 +50,14 @@ class Fp32AllreduceStep:
         self.update(self.params, views)
 
 
-def foreach_lion(lr, betas, wd):
-    b1, b2 = betas
+def lion(lr, betas, wd):
     state = {}
 
     def update(params, grads):
         if "m" not in state:
             state["m"] = [torch.zeros_like(p) for p in params]
-        m = state["m"]
         with torch.no_grad():
-            torch._foreach_mul_(params, 1 - lr * wd)
-            u = torch._foreach_mul(m, b1)
-            torch._foreach_add_(u, grads, alpha=1 - b1)
-            torch._foreach_sign_(u)
-            torch._foreach_add_(params, u, alpha=-lr)
-            torch._foreach_mul_(m, b2)
-            torch._foreach_add_(m, grads, alpha=1 - b2)
+            foreach_lion(params, grads, state["m"], lr, betas, wd)
 
     return update
 
@@ -98,12 +77,7 @@ def worker(rank, args, store_path, out_path):
     import pride
     from pride.optim import DistributedLion
 
-    if store_path is None:
-        dist.init_process_group("pride", timeout=timedelta(minutes=10))
-    else:
-        store = dist.FileStore(store_path, args.ranks)
-        dist.init_process_group("pride", store=store, rank=rank, world_size=args.ranks,
-                                timeout=timedelta(minutes=10))
+    init_pride_group(rank, args.ranks, store_path)
     gloo = dist.new_group(backend="gloo")
     sizes = model_like_sizes(1 << args.log2_numel)
     noise = torch.Generator().manual_seed(1000 + rank)  # each rank's own gradients
@@ -118,7 +92,7 @@ def worker(rank, args, store_path, out_path):
     mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote")
     cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
     p_glion = make_params()
-    cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, foreach_lion(1e-4, (0.9, 0.99), 0.1)).step)
+    cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, lion(1e-4, (0.9, 0.99), 0.1)).step)
     p_adamw = make_params()
     cases["G-AdamW (gloo fp32)"] = (p_adamw, Fp32AllreduceStep(p_adamw, gloo, adamw(p_adamw, 1e-3, 0.01)).step)
 
@@ -173,24 +147,8 @@ def main():
     parser.add_argument("--iters", type=int, default=5, help="timed steps per case (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--json", help="also write the result here")
-    parser.add_argument("--env", action="store_true",
-                        help="be one rank of a job started by a launcher (RANK, WORLD_SIZE, MASTER_ADDR, "
-                             "MASTER_PORT); rank 0 prints the table")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        if args.env:
-            args.ranks = int(os.environ["WORLD_SIZE"])
-            rank = int(os.environ["RANK"])
-            worker(rank, args, None, out)
-            if rank != 0:
-                return 0
-        else:
-            mp.start_processes(worker, args=(args, os.path.join(tmp, "store"), out), nprocs=args.ranks,
-                               start_method="spawn")
-        with open(out) as f:
-            result = json.load(f)
-    return report(args, result)
+    parser.add_argument("--env", action="store_true", help=ENV_HELP)
+    return launch(worker, parser.parse_args(), report)
 
 
 if __name__ == "__main__":

@@ -19,29 +19,8 @@ import time
 import torch
 
 import pride
+from bench_common import foreach_lion, model_like_sizes
 from pride.optim import DistributedLion
-
-
-def plain_foreach_lion(params, grads, exp_avgs, lr, betas, wd):
-    b1, b2 = betas
-    torch._foreach_mul_(params, 1 - lr * wd)
-    updates = torch._foreach_mul(exp_avgs, b1)
-    torch._foreach_add_(updates, grads, alpha=1 - b1)
-    torch._foreach_sign_(updates)
-    torch._foreach_add_(params, updates, alpha=-lr)
-    torch._foreach_mul_(exp_avgs, b2)
-    torch._foreach_add_(exp_avgs, grads, alpha=1 - b2)
-
-
-def model_like_shapes(total, dtype):
-    """Tensors of mixed sizes adding up to about `total` elements, like a transformer's."""
-    sizes, left, k = [], total, 0
-    while left > 0:
-        s = min(left, [1 << 20, 3 * 1 << 18, 4096, 1 << 16, 768][k % 5])
-        sizes.append(s)
-        left -= s
-        k += 1
-    return [torch.randn(s).to(dtype) for s in sizes]
 
 
 def median_time(fn, iters):
@@ -63,7 +42,7 @@ def main():
     dtype = getattr(torch, args.dtype)
     n = 1 << args.log2_numel
 
-    params = [torch.nn.Parameter(t) for t in model_like_shapes(n, dtype)]
+    params = [torch.nn.Parameter(torch.randn(s).to(dtype)) for s in model_like_sizes(n)]
     grads = [torch.randn_like(p) for p in params]
     for p, g in zip(params, grads):
         p.grad = g
@@ -75,7 +54,7 @@ def main():
 
     cases = {
         "memcpy (1 tensor)": lambda: dst.copy_(src),
-        "plain Lion (foreach)": lambda: plain_foreach_lion(plain_params, grads, plain_m, 1e-4, (0.9, 0.99), 0.01),
+        "plain Lion (foreach)": lambda: foreach_lion(plain_params, grads, plain_m, 1e-4, (0.9, 0.99), 0.01),
         "fused DistributedLion": lambda: fused.step(),
     }
     for fn in cases.values():

@@ -12,16 +12,14 @@ and reports medians and ratios. Launches its own ranks (no launcher needed):
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from bench_common import ENV_HELP, init_pride_group, launch
 
 
 def timed(fn, barrier):
@@ -35,12 +33,7 @@ def timed(fn, barrier):
 def worker(rank, args, store_path, out_path):
     import pride
 
-    if store_path is None:  # --env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the launcher
-        dist.init_process_group("pride", timeout=timedelta(minutes=10))
-    else:
-        store = dist.FileStore(store_path, args.ranks)
-        dist.init_process_group("pride", store=store, rank=rank, world_size=args.ranks,
-                                timeout=timedelta(minutes=10))
+    init_pride_group(rank, args.ranks, store_path)
     gloo = dist.new_group(backend="gloo")
     n = 1 << args.log2_numel
     g = torch.Generator().manual_seed(rank)
@@ -91,28 +84,8 @@ def main():
     parser.add_argument("--iters", type=int, default=7, help="timed iterations per case (default 7)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     parser.add_argument("--json", help="also write the result here")
-    parser.add_argument("--env", action="store_true",
-                        help="be one rank of a job started by a launcher (env://: RANK, WORLD_SIZE, MASTER_ADDR, "
-                             "MASTER_PORT), e.g. one per network namespace; rank 0 prints the table")
-    args = parser.parse_args()
-    if args.env:
-        args.ranks = int(os.environ["WORLD_SIZE"])
-        rank = int(os.environ["RANK"])
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "result.json")
-            worker(rank, args, None, out)
-            if rank != 0:
-                return 0
-            with open(out) as f:
-                result = json.load(f)
-        return report(args, result)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        mp.start_processes(worker, args=(args, os.path.join(tmp, "store"), out), nprocs=args.ranks,
-                           start_method="spawn")
-        with open(out) as f:
-            result = json.load(f)
-    return report(args, result)
+    parser.add_argument("--env", action="store_true", help=ENV_HELP)
+    return launch(worker, parser.parse_args(), report)
 
 
 def report(args, result):

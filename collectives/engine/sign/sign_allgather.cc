@@ -12,7 +12,7 @@ void sign_allgather(Collective& c, const SignPlan& plan, const SignSegment& seg)
   const size_t W = seg.nwords, block = size_t(counters) * W;
 
   // Everyone's votes everywhere: block j of `all` holds rank j's planes (counter-major).
-  uint64_t* all = sign_scratch(c, SignScratch::kAllgatherAll, size_t(n) * block);
+  uint64_t* all = sign_scratch(c.workspace(), SignScratch::kAllgatherAll, size_t(n) * block);
   gather_planes(seg.votes, seg.vote_stride, counters, {0, W}, all + size_t(r) * block);
   std::vector<RequestPtr> requests;
   for (int d = 1; d < n; ++d) {
@@ -25,7 +25,7 @@ void sign_allgather(Collective& c, const SignPlan& plan, const SignSegment& seg)
   c.wait_all(requests);
 
   const int planes = bits::planes_for(n);
-  uint64_t* counts = sign_scratch(c, SignScratch::kAllgatherCounts, size_t(counters * planes) * W);
+  uint64_t* counts = sign_scratch(c.workspace(), SignScratch::kAllgatherCounts, size_t(counters * planes) * W);
   std::vector<const uint64_t*> ballots(static_cast<size_t>(n));
   for (int k = 0; k < counters; ++k) {
     for (int j = 0; j < n; ++j) ballots[size_t(j)] = all + size_t(j) * block + size_t(k) * W;

@@ -182,9 +182,9 @@ void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel
   const bool binary = options.votes == VoteKind::kBinary;
   // Packed votes and result planes live in the communicator's workspace: no allocation, page faults
   // or zero-fill per call.
-  uint64_t* votes = sign_scratch(comm, SignScratch::kVotes, size_t(binary ? 1 : 2) * nwords);
+  uint64_t* votes = sign_scratch(comm.workspace(), SignScratch::kVotes, size_t(binary ? 1 : 2) * nwords);
   const int result_planes = SignPlan::make(comm.size(), options.mode, options.votes).result_planes;
-  uint64_t* planes = sign_scratch(comm, SignScratch::kResultPlanes, size_t(result_planes) * nwords);
+  uint64_t* planes = sign_scratch(comm.workspace(), SignScratch::kResultPlanes, size_t(result_planes) * nwords);
   SegmentHooks hooks;
   hooks.pack = [&](size_t first_word, size_t words) {
     const size_t begin = first_word * 64, count = std::min(numel, (first_word + words) * 64) - begin;

@@ -21,13 +21,13 @@ void DirectSegment::post_shards() {
   // Rank j owns chunk j; everyone sends it their votes on that chunk. Votes are staged chunk-major
   // (chunk j: `counters` planes at word counters * begin_j) so each shard is one contiguous message
   // even for ternary votes.
-  shards_ = sign_scratch(c_, SignScratch::kDirectShards, size_t(counters) * W, instance_);
+  shards_ = sign_scratch(c_.workspace(), SignScratch::kDirectShards, size_t(counters) * W, instance_);
   for (int j = 0; j < n; ++j) {
     const Range ch = chunk(W, n, j);
     gather_planes(seg_.votes, seg_.vote_stride, counters, ch, shards_ + size_t(counters) * ch.begin);
   }
   const size_t shard_words = size_t(counters) * mine.size;
-  inbox_ = sign_scratch(c_, SignScratch::kDirectInbox, size_t(n) * shard_words, instance_);
+  inbox_ = sign_scratch(c_.workspace(), SignScratch::kDirectInbox, size_t(n) * shard_words, instance_);
   requests_.clear();
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;
@@ -51,7 +51,8 @@ void DirectSegment::vote_and_post_results() {
 
   // Count the N planes of my chunk at once (positional popcount), per counter.
   const int planes = bits::planes_for(n);
-  uint64_t* counts = sign_scratch(c_, SignScratch::kDirectCounts, size_t(counters * planes) * mine.size, instance_);
+  uint64_t* counts =
+      sign_scratch(c_.workspace(), SignScratch::kDirectCounts, size_t(counters * planes) * mine.size, instance_);
   std::vector<const uint64_t*> ballots(static_cast<size_t>(n));
   for (int k = 0; k < counters; ++k) {
     for (int j = 0; j < n; ++j) {
@@ -62,7 +63,7 @@ void DirectSegment::vote_and_post_results() {
   }
 
   // Every owner sends its result chunk to everyone (chunk-major again).
-  results_ = sign_scratch(c_, SignScratch::kDirectResults, size_t(R) * W, instance_);
+  results_ = sign_scratch(c_.workspace(), SignScratch::kDirectResults, size_t(R) * W, instance_);
   plan_.finalize(counts, planes, mine.size, results_ + size_t(R) * mine.begin, mine.size);
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;

@@ -22,8 +22,8 @@ void sign_ring(Collective& c, const SignPlan& plan, const SignSegment& seg) {
   // over one chunk, counter-major. It starts as this rank's own votes (a count of one vote is the
   // vote plane itself) and grows by one vote and at most one plane per step.
   const size_t partial_words = size_t(counters * full_planes) * max_chunk;
-  uint64_t* partial = sign_scratch(c, SignScratch::kRingPartial, partial_words);
-  uint64_t* incoming = sign_scratch(c, SignScratch::kRingIncoming, partial_words);
+  uint64_t* partial = sign_scratch(c.workspace(), SignScratch::kRingPartial, partial_words);
+  uint64_t* incoming = sign_scratch(c.workspace(), SignScratch::kRingIncoming, partial_words);
   Range first = chunk(W, n, patterns::ring_rs_send_chunk(r, n, 0));
   gather_planes(seg.votes, seg.vote_stride, counters, first, partial);
   int partial_votes = 1;
@@ -49,7 +49,7 @@ void sign_ring(Collective& c, const SignPlan& plan, const SignSegment& seg) {
 
   // `partial` now counts all N votes of the chunk this rank owns. The result travels chunk-major
   // (chunk i: R planes of its words at word R * begin_i) so each all-gather message is contiguous.
-  uint64_t* results = sign_scratch(c, SignScratch::kRingResults, size_t(R) * W);
+  uint64_t* results = sign_scratch(c.workspace(), SignScratch::kRingResults, size_t(R) * W);
   const int owned = patterns::ring_owned_chunk(r, n);
   const Range mine = chunk(W, n, owned);
   plan.finalize(partial, full_planes, mine.size, results + size_t(R) * mine.begin, mine.size);

@@ -2,9 +2,10 @@
 // buffer and live instance, so buffers in use at the same time never share memory.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
-#include "backend/communicator.h"
+#include "backend/workspace.h"
 
 namespace pride {
 
@@ -17,14 +18,9 @@ enum class SignScratch : uint32_t {
 };
 
 // `instance` tells apart segments that are in flight together (the direct pipeline has two).
-template <class T = uint64_t>
-T* sign_scratch(Collective& c, SignScratch what, size_t count, uint32_t instance = 0) {
+inline uint64_t* sign_scratch(Workspace& ws, SignScratch what, size_t count, uint32_t instance = 0) {
   constexpr uint32_t kOwner = 0x5160;  // the sign-allreduce's fingerprint op id
-  return c.workspace().get<T>({kOwner, uint32_t(what) * 4 + instance}, count);
-}
-template <class T = uint64_t>
-T* sign_scratch(Communicator& comm, SignScratch what, size_t count) {
-  return comm.workspace().get<T>({0x5160, uint32_t(what) * 4}, count);
+  return ws.get<uint64_t>({kOwner, uint32_t(what) * 4 + instance}, count);
 }
 
 }  // namespace pride

@@ -16,7 +16,7 @@ void sign_tree(Collective& c, const SignPlan& plan, const SignSegment& seg) {
 
   // acc: the count of this subtree's votes, counters × planes over the whole segment.
   const size_t acc_words = size_t(counters * planes) * W;
-  uint64_t* acc = sign_scratch(c, SignScratch::kTreeAcc, acc_words);
+  uint64_t* acc = sign_scratch(c.workspace(), SignScratch::kTreeAcc, acc_words);
   for (int k = 0; k < counters; ++k) {  // a count of one vote: the vote plane, higher planes zero
     uint64_t* count = acc + size_t(k * planes) * W;
     std::copy(seg.votes + size_t(k) * seg.vote_stride, seg.votes + size_t(k) * seg.vote_stride + W, count);
@@ -31,7 +31,8 @@ void sign_tree(Collective& c, const SignPlan& plan, const SignSegment& seg) {
     if (child < 0) continue;
     child_planes[which] = bits::planes_for(patterns::tree_subtree_size(child, n));
     const size_t words = size_t(counters * child_planes[which]) * W;
-    from_child[which] = sign_scratch(c, which == 0 ? SignScratch::kTreeFromChild0 : SignScratch::kTreeFromChild1, words);
+    const SignScratch key = which == 0 ? SignScratch::kTreeFromChild0 : SignScratch::kTreeFromChild1;
+    from_child[which] = sign_scratch(c.workspace(), key, words);
     requests.push_back(c.recv(child, seg.slot_base, from_child[which], words * 8));
   }
   c.wait_all(requests);
@@ -46,7 +47,7 @@ void sign_tree(Collective& c, const SignPlan& plan, const SignSegment& seg) {
 
   // The root decides; the result (R planes, contiguous) comes down the same tree.
   const size_t result_words = size_t(R) * W;
-  uint64_t* result = sign_scratch(c, SignScratch::kTreeResult, result_words);
+  uint64_t* result = sign_scratch(c.workspace(), SignScratch::kTreeResult, result_words);
   if (parent < 0) {
     plan.finalize(acc, planes, W, result, W);
   } else {

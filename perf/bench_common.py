@@ -1,0 +1,68 @@
+"""What the Python benchmarks in perf/ share: how they start their ranks, and a model-like set of
+parameter sizes with the plain PyTorch Lion step they are compared against. Imported by the
+scripts next to it (a script's own directory is on sys.path)."""
+
+import json
+import os
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+ENV_HELP = ("be one rank of a job started by a launcher (env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), "
+            "e.g. one per network namespace; rank 0 prints the table")
+
+
+def init_pride_group(rank, ranks, store_path):
+    """Joins the default group with the pride backend: through the launcher's environment when
+    store_path is None, else through a FileStore that launch() made."""
+    if store_path is None:
+        dist.init_process_group("pride", timeout=timedelta(minutes=10))
+    else:
+        store = dist.FileStore(store_path, ranks)
+        dist.init_process_group("pride", store=store, rank=rank, world_size=ranks, timeout=timedelta(minutes=10))
+
+
+def launch(worker, args, report):
+    """Runs worker(rank, args, store_path, out_path) on every rank, then report(args, result) on rank 0
+    with the JSON that rank 0's worker wrote to out_path. With args.env this process is one rank of a
+    launcher's job; otherwise it spawns args.ranks processes on this host."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        if args.env:
+            args.ranks = int(os.environ["WORLD_SIZE"])
+            rank = int(os.environ["RANK"])
+            worker(rank, args, None, out)
+            if rank != 0:
+                return 0
+        else:
+            mp.start_processes(worker, args=(args, os.path.join(tmp, "store"), out), nprocs=args.ranks,
+                               start_method="spawn")
+        with open(out) as f:
+            result = json.load(f)
+    return report(args, result)
+
+
+def model_like_sizes(total):
+    """Sizes of tensors adding up to `total` elements, like a transformer's weights and biases."""
+    sizes, left, k = [], total, 0
+    while left > 0:
+        s = min(left, [1 << 20, 3 * 1 << 18, 4096, 1 << 16, 768][k % 5])
+        sizes.append(s)
+        left -= s
+        k += 1
+    return sizes
+
+
+def foreach_lion(params, grads, exp_avgs, lr, betas, wd):
+    """One Lion step in plain PyTorch, the fastest way: torch._foreach_* ops, no per-parameter loop."""
+    b1, b2 = betas
+    torch._foreach_mul_(params, 1 - lr * wd)
+    updates = torch._foreach_mul(exp_avgs, b1)
+    torch._foreach_add_(updates, grads, alpha=1 - b1)
+    torch._foreach_sign_(updates)
+    torch._foreach_add_(params, updates, alpha=-lr)
+    torch._foreach_mul_(exp_avgs, b2)
+    torch._foreach_add_(exp_avgs, grads, alpha=1 - b2)
