@@ -3,9 +3,11 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
+#include "backend/common/settings.h"
 #include "backend/store/c10d_store.h"
 
 namespace pride::testing {
@@ -13,6 +15,12 @@ namespace pride::testing {
 std::vector<std::string> run_ranks_collect_errors(int size, const std::function<void(Communicator&)>& fn,
                                                   RankOptions options) {
   static std::atomic<int> group_counter{0};
+  // Ranks here are threads of one process, each with its own UCX context. Between contexts of one
+  // process UCX's shared-memory endpoints fail to connect now and then (posix: "/proc/<pid>/fd/N: No
+  // such file", sysv: shmat EINVAL; 2-4% of runs of a 2-rank test), so thread ranks talk over TCP
+  // loopback. Ranks as processes (tests/multiproc) use shared memory and did not show this.
+  setenv("PRIDE_SHARED_MEMORY", "0", /*overwrite=*/0);
+  Settings::reload();
   auto hash = c10::make_intrusive<c10d::HashStore>();
   hash->setTimeout(std::chrono::milliseconds(options.timeout_ms));
   auto store = make_prefix_store("test" + std::to_string(group_counter++), wrap_c10d_store(hash));
