@@ -7,9 +7,10 @@
 #include <cerrno>
 #include <filesystem>
 
+#include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "backend/common/error.h"
@@ -33,6 +34,36 @@ constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 
 Tag collective_tag(uint64_t sequence, uint32_t slot) {
   return ((sequence & kSequenceMask) << kSlotBits) | Tag(slot);
+}
+
+// One rank's "<cores> <pid> <pid namespace> <hostname>" entry (learn_hosts). Parsed with from_chars,
+// not iostreams: the start-up path of the Python extension must not depend on locale facets (see
+// bindings/exports.map). A malformed entry reads as one core, no pid, an unknown namespace.
+struct HostEntry {
+  int cores = 1;
+  long pid = 0;
+  std::string pid_ns;
+  std::string host;
+};
+
+HostEntry parse_host_entry(std::string_view text) {
+  HostEntry e;
+  auto next_field = [&text]() {
+    const size_t start = text.find_first_not_of(' ');
+    if (start == std::string_view::npos) return std::string_view{};
+    text.remove_prefix(start);
+    const size_t end = std::min(text.find(' '), text.size());
+    std::string_view field = text.substr(0, end);
+    text.remove_prefix(end);
+    return field;
+  };
+  const std::string_view cores = next_field(), pid = next_field();
+  std::from_chars(cores.data(), cores.data() + cores.size(), e.cores);
+  std::from_chars(pid.data(), pid.data() + pid.size(), e.pid);
+  e.pid_ns = std::string(next_field());
+  const size_t start = text.find_first_not_of(' ');
+  e.host = start == std::string_view::npos ? std::string() : std::string(text.substr(start));
+  return e;
 }
 
 std::string fingerprint_text(const Fingerprint& f) {
@@ -201,13 +232,11 @@ void Communicator::learn_hosts() {
   local_size_ = 0;
   for (int r = 0; r < size_; ++r) {
     auto v = store_->get("host/" + std::to_string(r));
-    std::istringstream fields(std::string(v.begin(), v.end()));
-    int cores = 1;
-    long pid = 0;
-    std::string their_ns, h;
-    fields >> cores >> pid >> their_ns;
-    std::getline(fields >> std::ws, h);
-    cores = std::max(1, cores);
+    const HostEntry entry_r = parse_host_entry(std::string_view(reinterpret_cast<const char*>(v.data()), v.size()));
+    const int cores = std::max(1, entry_r.cores);
+    const long pid = entry_r.pid;
+    const std::string& their_ns = entry_r.pid_ns;
+    const std::string& h = entry_r.host;
     if (h == host && their_ns == pid_ns && pid_ns != "unknown" && r != rank_) local_pid_of_rank_[size_t(r)] = pid;
     auto it = node_ids.emplace(h, int(node_ids.size())).first;
     node_of_rank_[size_t(r)] = it->second;

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The GPU machine's one command: installs what is missing from carried files, builds pride against
+# that machine's own python3 and torch with the libucx-cu13 UCX, and runs the whole test suite there,
+# GPU tests included (ctest, then pytest). Nothing is fetched: prepare the files folder first on a
+# machine with network access (bash scripts/fetch_device_files.sh) and bring it along.
+#
+#   bash scripts/device_test.sh [--files DIR] [--out DIR] [--jobs N] [--suite all|ctest|pytest|gpu]
+#                               [--bench] [--ctest-regex R] [--pytest-args "..."]
+#
+#   --files DIR     wheels to install (default .whl): libucx-cu13, lion-pytorch
+#   --out DIR       where the logs and the summary go (default $OUT when set, else build/device-results)
+#   --suite S       all (default), ctest, pytest, or gpu (only the tests labelled/marked gpu)
+#   --bench         also run the GPU benchmarks (scripts/device_bench.sh) after the tests
+# Exit status: 0 when every suite that ran passed. The summary (date, commit, machine, pass/fail
+# counts) is written to OUT/summary.md for docs/device-runs.md.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+FILES=.whl
+RESULTS="${OUT:-$ROOT/build/device-results}"
+JOBS="$(nproc)"
+SUITE=all
+BENCH=0
+CTEST_REGEX=""
+PYTEST_ARGS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --files) FILES="$2"; shift 2 ;;
+    --out) RESULTS="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --suite) SUITE="$2"; shift 2 ;;
+    --bench) BENCH=1; shift ;;
+    --ctest-regex) CTEST_REGEX="$2"; shift 2 ;;
+    --pytest-args) PYTEST_ARGS="$2"; shift 2 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    *) echo "device_test: unknown option $1 (see --help)"; exit 2 ;;
+  esac
+done
+case "$SUITE" in all|ctest|pytest|gpu) ;; *) echo "device_test: --suite must be all, ctest, pytest or gpu"; exit 2 ;; esac
+mkdir -p "$RESULTS"
+PY="${PRIDE_PY:-python3}"
+SITE="${PRIDE_DEVICE_SITE:-/tmp/pride-site}"
+BUILD="${PRIDE_DEVICE_BUILD:-build/device}"
+summary="$RESULTS/summary.md"
+t0=$(date +%s)
+say() { echo "[device_test $(( $(date +%s) - t0 ))s] $*"; }
+
+{
+  echo "# device_test.sh run"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- commit: ${PRIDE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+  echo "- machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU'), $(nproc) cores"
+  echo "- os: $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1), cmake $(cmake --version | head -1 | awk '{print $3}')"
+  echo "- python: $("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)')"
+  echo "- nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+} >"$summary"
+
+# 1. Carried wheels into a private site folder (the image's own packages stay as they are).
+say "installing carried wheels from $FILES into $SITE"
+if ! ls "$FILES"/*.whl >/dev/null 2>&1; then
+  echo "device_test: no wheels in $FILES; run scripts/fetch_device_files.sh on a machine with network access"
+  exit 2
+fi
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$FILES"/*.whl \
+  >"$RESULTS/pip.log" 2>&1 || { tail -20 "$RESULTS/pip.log"; echo "device_test: installing the wheels failed"; exit 1; }
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+echo "- UCX: libucx-cu13 $("$PY" -c 'import importlib.metadata as m; print(m.version("libucx-cu13"))')" >>"$summary"
+
+# 2. Build: the Python package into the same site folder, tests and perf tools in $BUILD.
+say "building (build tree $BUILD, $JOBS jobs)"
+if ! CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "$PY" -m pip install -q --no-build-isolation --no-deps --no-cache-dir \
+    --target "$SITE" --upgrade -C build-dir="$BUILD" -C cmake.define.PRIDE_UCX=wheel \
+    -C cmake.define.PRIDE_BUILD_TESTS=ON -C cmake.define.PRIDE_BUILD_PERF=ON \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . >"$RESULTS/build.log" 2>&1; then
+  tail -60 "$RESULTS/build.log"
+  echo "- build: FAILED (build.log)" >>"$summary"
+  echo "device_test: build failed"
+  exit 1
+fi
+say "built"
+echo "- build: ok ($(( $(date +%s) - t0 )) s after start)" >>"$summary"
+status=0
+
+# 3. ctest (C++ kernels, CUDA kernels, engine, multi-process). gpu: only the tests labelled gpu.
+if [ "$SUITE" = all ] || [ "$SUITE" = ctest ] || [ "$SUITE" = gpu ]; then
+  args=(--test-dir "$BUILD" --output-on-failure --timeout 300 -j "$(( JOBS < 8 ? JOBS : 8 ))")
+  [ "$SUITE" = gpu ] && args+=(-L gpu)
+  [ -n "$CTEST_REGEX" ] && args+=(-R "$CTEST_REGEX")
+  say "ctest ${args[*]}"
+  ctest "${args[@]}" >"$RESULTS/ctest.log" 2>&1
+  rc=$?
+  grep -E "tests passed|tests failed|Total Test time" "$RESULTS/ctest.log"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$RESULTS/ctest.log" || true
+  echo "- ctest: $(grep -E 'tests passed|tests failed' "$RESULTS/ctest.log" | tail -1) (exit $rc)" >>"$summary"
+  grep -E "^\s+[0-9]+ - " "$RESULTS/ctest.log" | sed 's/^/  - failed: /' >>"$summary" || true
+  [ $rc -eq 0 ] || status=1
+fi
+
+# 4. pytest (the torch backend, DistributedLion, CUDA tensors, demo).
+if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
+  args=(-q -p no:cacheprovider --junitxml="$RESULTS/pytest.xml" tests/python)
+  [ "$SUITE" = gpu ] && args+=(-m gpu)
+  # shellcheck disable=SC2206
+  [ -n "$PYTEST_ARGS" ] && args+=($PYTEST_ARGS)
+  say "pytest ${args[*]}"
+  PYTHONUNBUFFERED=1 "$PY" -m pytest "${args[@]}" >"$RESULTS/pytest.log" 2>&1
+  rc=$?
+  tail -3 "$RESULTS/pytest.log"
+  grep -E "^(FAILED|ERROR) " "$RESULTS/pytest.log" | head -40 || true
+  echo "- pytest: $(tail -1 "$RESULTS/pytest.log") (exit $rc)" >>"$summary"
+  grep -E "^(FAILED|ERROR) " "$RESULTS/pytest.log" | sed 's/^/  - /' >>"$summary" || true
+  [ $rc -eq 0 ] || status=1
+fi
+
+if [ "$BENCH" = 1 ]; then
+  say "benchmarks (scripts/device_bench.sh)"
+  bash scripts/device_bench.sh --out "$RESULTS" >"$RESULTS/bench.log" 2>&1 || status=1
+  tail -40 "$RESULTS/bench.log"
+fi
+say "done, exit $status"
+echo "- total: $(( $(date +%s) - t0 )) s, exit $status" >>"$summary"
+cat "$summary"
+exit $status
