@@ -93,13 +93,17 @@ if [ "$SUITE" = all ] || [ "$SUITE" = ctest ] || [ "$SUITE" = gpu ]; then
   grep -E "tests passed|tests failed|Total Test time" "$RESULTS/ctest.log"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$RESULTS/ctest.log" || true
   echo "- ctest: $(grep -E 'tests passed|tests failed' "$RESULTS/ctest.log" | tail -1) (exit $rc)" >>"$summary"
-  grep -E "^\s+[0-9]+ - " "$RESULTS/ctest.log" | sed 's/^/  - failed: /' >>"$summary" || true
+  grep -E "^\s+[0-9]+ - " "$RESULTS/ctest.log" | grep -v "(Skipped)" | sed 's/^/  - failed: /' >>"$summary" || true
+  grep -E "^\s+[0-9]+ - .*\(Skipped\)" "$RESULTS/ctest.log" | sed 's/^/  - skipped: /' >>"$summary" || true
   [ $rc -eq 0 ] || status=1
 fi
 
 # 4. pytest (the torch backend, DistributedLion, CUDA tensors, demo).
 if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
   args=(-q -p no:cacheprovider --junitxml="$RESULTS/pytest.xml" tests/python)
+  # Every multi-process test spawns ranks that import the CUDA torch (seconds each): run tests side by
+  # side where pytest-xdist is installed (the GPU image has it).
+  if "$PY" -c "import xdist" 2>/dev/null; then args+=(-n "$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))"); fi
   [ "$SUITE" = gpu ] && args+=(-m gpu)
   # shellcheck disable=SC2206
   [ -n "$PYTEST_ARGS" ] && args+=($PYTEST_ARGS)
