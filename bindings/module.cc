@@ -9,6 +9,9 @@
 #include "collectives/bits/kernels.h"
 #include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
+#ifdef PRIDE_WITH_CUDA_TENSORS
+#include "torch_plugin/distributed_lion_cuda.h"
+#endif
 
 namespace py = pybind11;
 using pride::torch_plugin::PrideBackend;
@@ -71,22 +74,44 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"), py::arg("packed"), py::arg("numel"), py::arg("mode"), py::arg("algorithm") = "auto");
 
+#ifdef PRIDE_WITH_CUDA_TENSORS
+  py::class_<pride::torch_plugin::CudaLionWorkspace, std::shared_ptr<pride::torch_plugin::CudaLionWorkspace>>(
+      m, "CudaLionWorkspace", "Device and pinned buffers a DistributedLion reuses across steps (one per device and dtype)")
+      .def(py::init<>())
+      .def_property_readonly("device_bytes", &pride::torch_plugin::CudaLionWorkspace::device_bytes);
+#endif
+  m.def("cuda_supported", &PrideBackend::cuda_supported, "Whether this build of pride handles CUDA tensors.");
+
   m.def(
       "distributed_lion_step",
       [](py::object backend, const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
          const std::vector<at::Tensor>& momenta, double lr, double beta1, double beta2, double weight_decay,
-         const std::string& mode, const std::string& votes, int64_t bucket_elements) {
+         const std::string& mode, const std::string& votes, int64_t bucket_elements, py::object workspace) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
         const auto options = sign_options(mode, votes, "auto");
         TORCH_CHECK_VALUE(bucket_elements > 0, "pride DistributedLion: bucket size must be positive");
+        const pride::torch_plugin::LionHyper hyper{lr, beta1, beta2, weight_decay};
+        if (!params.empty() && params[0].is_cuda()) {
+#ifdef PRIDE_WITH_CUDA_TENSORS
+          auto ws = workspace.is_none() ? std::make_shared<pride::torch_plugin::CudaLionWorkspace>()
+                                        : workspace.cast<std::shared_ptr<pride::torch_plugin::CudaLionWorkspace>>();
+          py::gil_scoped_release release;
+          pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
+                                                          size_t(bucket_elements));
+          return;
+#else
+          throw py::value_error("pride DistributedLion: parameters on " + params[0].device().str() +
+                                ", but this build of pride has no CUDA support");
+#endif
+        }
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
-        pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta,
-                                                   {lr, beta1, beta2, weight_decay}, options,
+        pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options,
                                                    size_t(bucket_elements));
       },
       py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),
       py::arg("beta2"), py::arg("weight_decay"), py::arg("mode"), py::arg("votes"), py::arg("bucket_elements"),
-      "One fused Distributed Lion step over tensors of one dtype (backend None: a world of one).");
+      py::arg("workspace") = py::none(),
+      "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one).");
 
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });

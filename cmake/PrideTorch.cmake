@@ -36,6 +36,16 @@ target_link_libraries(pride_torch_cpu INTERFACE pride_torch_c10 pride_torch_cpu_
 set_target_properties(pride_torch_cpu PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${PRIDE_TORCH_DIR}/lib")
 add_library(pride::torch_cpu ALIAS pride_torch_cpu)
 
+# torch's CUDA runtime pieces (c10_cuda: streams, guards, the caching allocator), where this torch has them.
+find_library(_lib_c10_cuda c10_cuda PATHS ${PRIDE_TORCH_DIR}/lib NO_DEFAULT_PATH)
+if(_lib_c10_cuda)
+  add_library(pride_torch_c10_cuda SHARED IMPORTED GLOBAL)
+  set_target_properties(pride_torch_c10_cuda PROPERTIES IMPORTED_LOCATION ${_lib_c10_cuda})
+  add_library(pride_torch_cuda INTERFACE)
+  target_link_libraries(pride_torch_cuda INTERFACE pride_torch_cpu pride_torch_c10_cuda)
+  add_library(pride::torch_cuda ALIAS pride_torch_cuda)
+endif()
+
 add_library(pride_torch_python INTERFACE)
 target_link_libraries(pride_torch_python INTERFACE pride_torch_cpu pride_torch_lib pride_torch_python_lib Python3::Module)
 add_library(pride::torch_python ALIAS pride_torch_python)

@@ -1,9 +1,12 @@
 // PrideBackend's standard collectives: argument checks in torch's terms on the caller's thread, then
-// the engine's collective on the worker. Non-contiguous tensors are staged through contiguous copies.
+// the engine's collective on the worker. Non-contiguous tensors are staged through contiguous copies,
+// CUDA tensors through pinned host twins (host_staging.h); the *_coalesced calls that delegate to
+// another collective leave that to it.
 #include <c10/util/Exception.h>
 
 #include <numeric>
 
+#include "torch_plugin/host_staging.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -44,6 +47,7 @@ void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  StagingScope staging(*this, tensor_refs(tensors), "allreduce");
   check_single_tensor(tensors, "allreduce");
   at::Tensor t = tensors[0];
   const ScalarType type = to_scalar_type(t.scalar_type(), "allreduce");
@@ -58,6 +62,7 @@ intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, co
 
 intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceCoalescedOptions& opts) {
+  StagingScope staging(*this, tensor_refs(tensors), "allreduce_coalesced");
   TORCH_CHECK_VALUE(!tensors.empty(), "pride allreduce_coalesced: no tensors");
   check_cpu_tensor(tensors[0], "allreduce_coalesced");
   for (const auto& t : tensors) {
@@ -78,6 +83,7 @@ intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& t
 }
 
 intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  StagingScope staging(*this, tensor_refs(tensors), "broadcast");
   check_single_tensor(tensors, "broadcast");
   check_root(int(opts.rootRank), getSize(), "broadcast");
   to_scalar_type(tensors[0].scalar_type(), "broadcast");
@@ -92,6 +98,7 @@ intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, co
 }
 
 intrusive_ptr<Work> PrideBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  StagingScope staging(*this, tensor_refs(tensors), "reduce");
   check_single_tensor(tensors, "reduce");
   check_root(int(opts.rootRank), getSize(), "reduce");
   at::Tensor t = tensors[0];
@@ -110,6 +117,7 @@ intrusive_ptr<Work> PrideBackend::reduce(std::vector<at::Tensor>& tensors, const
 
 intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                             std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  StagingScope staging(*this, tensor_refs(outputs, inputs), "allgather");
   check_single_tensor(inputs, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1, "pride allgather: expected one output list, got ", outputs.size());
   TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(), "pride allgather: output list has ", outputs[0].size(),
@@ -129,6 +137,7 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
 
 intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                   const c10d::AllgatherOptions&) {
+  StagingScope staging(*this, tensor_refs(output, input), "all_gather_into_tensor");
   check_cpu_tensor(input, "all_gather_into_tensor");
   check_cpu_tensor(output, "all_gather_into_tensor");
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride all_gather_into_tensor: output dtype ",
@@ -173,6 +182,7 @@ intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at
 
 intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                          const c10d::GatherOptions& opts) {
+  StagingScope staging(*this, tensor_refs(outputs, inputs), "gather");
   check_single_tensor(inputs, "gather");
   const int root = int(opts.rootRank);
   check_root(root, getSize(), "gather");
@@ -199,6 +209,7 @@ intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& o
 
 intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                           const c10d::ScatterOptions& opts) {
+  StagingScope staging(*this, tensor_refs(outputs, inputs), "scatter");
   check_single_tensor(outputs, "scatter");
   const int root = int(opts.rootRank);
   check_root(root, getSize(), "scatter");
@@ -226,6 +237,7 @@ intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std:
 intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                  std::vector<std::vector<at::Tensor>>& inputs,
                                                  const c10d::ReduceScatterOptions& opts) {
+  StagingScope staging(*this, tensor_refs(outputs, inputs), "reduce_scatter");
   check_single_tensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
                     "pride reduce_scatter: expected one input list of ", getSize(), " tensors");
@@ -247,6 +259,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
 
 intrusive_ptr<Work> PrideBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                        const c10d::ReduceScatterOptions& opts) {
+  StagingScope staging(*this, tensor_refs(output, input), "reduce_scatter_tensor");
   check_cpu_tensor(input, "reduce_scatter_tensor");
   check_cpu_tensor(output, "reduce_scatter_tensor");
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride reduce_scatter_tensor: output dtype ",
@@ -280,6 +293,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter_tensor_coalesced(std::vector<at
 intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                 std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                 const c10d::AllToAllOptions&) {
+  StagingScope staging(*this, tensor_refs(output, input), "all_to_all_single");
   check_cpu_tensor(input, "all_to_all_single");
   check_cpu_tensor(output, "all_to_all_single");
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride all_to_all_single: output dtype ",
@@ -323,6 +337,7 @@ intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& 
 
 intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                            const c10d::AllToAllOptions&) {
+  StagingScope staging(*this, tensor_refs(outputs, inputs), "all_to_all");
   const int n = getSize();
   TORCH_CHECK_VALUE(int(outputs.size()) == n && int(inputs.size()) == n, "pride all_to_all: expected ", n,
                     " input and output tensors, got ", inputs.size(), " and ", outputs.size());

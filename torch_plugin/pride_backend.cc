@@ -4,6 +4,14 @@
 
 #include <sched.h>
 
+#ifdef PRIDE_WITH_CUDA_TENSORS
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "torch_plugin/cuda_ordering.h"
+#endif
+
 #include "backend/common/error.h"
 #include "backend/store/c10d_store.h"
 #include "torch_plugin/tensor_types.h"
@@ -39,12 +47,39 @@ std::exception_ptr to_torch_error(std::exception_ptr error) {
 // A point-to-point operation the worker posted and now watches.
 struct PrideBackend::InFlight {
   c10::intrusive_ptr<PrideWork> work;
-  at::Tensor staging;  // contiguous buffer the transport reads or writes
+  at::Tensor staging;  // contiguous host buffer the transport reads or writes
   at::Tensor target;   // the caller's tensor, when staging is a copy of it (recv copies back)
+  std::function<void()> deliver;  // recv into a CUDA tensor: the copy back on pride's stream
   RequestPtr request;
   Clock::time_point deadline;
   std::string what;
 };
+
+#ifdef PRIDE_WITH_CUDA_TENSORS
+struct PrideBackend::CudaStreams {
+  std::mutex mutex;
+  std::map<c10::DeviceIndex, c10::cuda::CUDAStream> by_device;
+};
+
+std::shared_ptr<CudaOrdering> PrideBackend::cuda_ordering(c10::Device device) {
+  std::lock_guard<std::mutex> lock(cuda_streams_->mutex);
+  auto it = cuda_streams_->by_device.find(device.index());
+  if (it == cuda_streams_->by_device.end()) {
+    it = cuda_streams_->by_device.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+  }
+  return std::make_shared<CudaOrdering>(device, it->second);
+}
+
+bool PrideBackend::cuda_supported() { return true; }
+#else
+struct PrideBackend::CudaStreams {};
+bool PrideBackend::cuda_supported() { return false; }
+
+c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_cuda(at::Tensor& tensor, SignOptions) {
+  TORCH_CHECK_VALUE(false, "pride sign_allreduce: got a tensor on ", tensor.device(),
+                    ", but this build of pride has no CUDA support");
+}
+#endif
 
 PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            std::chrono::milliseconds timeout)
@@ -52,6 +87,7 @@ PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   Communicator::Options options;
   options.timeout = timeout;
   comm_ = std::make_unique<Communicator>(wrap_c10d_store(store), rank, size, options);
+  cuda_streams_ = std::make_unique<CudaStreams>();
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -65,8 +101,14 @@ PrideBackend::~PrideBackend() {
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const char* name,
-                                                     std::vector<at::Tensor> outputs, Task task) {
-  auto work = c10::make_intrusive<PrideWork>(getRank(), type, name, std::move(outputs));
+                                                     std::vector<at::Tensor> outputs, Task task,
+                                                     std::shared_ptr<DeviceCompletion> device) {
+  if (const StagingScope* staging = StagingScope::active()) {  // CUDA tensors staged through host twins
+    task = staging->wrap(std::move(task));
+    outputs = staging->originals(outputs);
+    device = staging->completion();
+  }
+  auto work = c10::make_intrusive<PrideWork>(getRank(), type, name, std::move(outputs), std::move(device));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopping_, "pride: the backend is shutting down");
@@ -150,6 +192,8 @@ void PrideBackend::poll_in_flight() {
         error = to_torch_error(std::make_exception_ptr(MismatchError(fmt::format(
             "pride rank {}/{}: {} received {} bytes, expected {}", getRank(), getSize(), op.what,
             op.request->bytes(), nbytes(op.staging)))));
+      } else if (op.deliver) {
+        op.deliver();
       } else if (op.target.defined()) {
         op.target.copy_(op.staging);
       }
@@ -165,20 +209,58 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const c
   TORCH_CHECK_VALUE(tag >= 0, "pride ", name, ": tag must be non-negative, got ", tag);
   const bool is_send = type == c10d::OpType::SEND;
   auto op = std::make_shared<InFlight>();
-  op->staging = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  if (!is_send && !tensor.is_contiguous()) op->target = tensor;
+  std::shared_ptr<DeviceCompletion> device;
+  std::function<void()> before_post;  // worker, before the transport sees the buffer
+  if (tensor.is_cuda()) {
+#ifdef PRIDE_WITH_CUDA_TENSORS
+    // Staged through a pinned host twin: a send fills it from the device first, a receive copies it
+    // back to the device on pride's stream when the message has arrived.
+    auto ordering = cuda_ordering(tensor.device());
+    ordering->use_on_internal_stream(tensor);
+    op->staging = at::empty(tensor.sizes(), tensor.options().device(at::kCPU).pinned_memory(true));
+    at::Tensor staging = op->staging;
+    before_post = [ordering, staging, tensor, is_send]() mutable {
+      ordering->enter();
+      if (is_send) {
+        c10::cuda::CUDAStreamGuard guard(ordering->internal());
+        staging.copy_(tensor, /*non_blocking=*/true);
+        C10_CUDA_CHECK(cudaStreamSynchronize(ordering->stream()));
+        ordering->finish();
+      }
+    };
+    if (!is_send) {
+      op->deliver = [ordering, staging, tensor]() mutable {
+        {
+          c10::cuda::CUDAStreamGuard guard(ordering->internal());
+          tensor.copy_(staging, /*non_blocking=*/true);
+        }
+        ordering->finish();
+        ordering->wait_finished_on_host();  // the host twin goes away with the in-flight record
+      };
+    }
+    device = ordering;
+#else
+    TORCH_CHECK_VALUE(false, "pride ", name, ": got a tensor on ", tensor.device(),
+                      ", but this build of pride has no CUDA support");
+#endif
+  } else {
+    op->staging = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    if (!is_send && !tensor.is_contiguous()) op->target = tensor;
+  }
   op->what = peer == Transport::kAnyPeer ? fmt::format("{} (tag {}) from any rank", name, tag)
                                          : fmt::format("{} (tag {}) {} rank {}", name, tag, is_send ? "to" : "from", peer);
-  return enqueue(type, name, {tensor}, [this, op, is_send, peer, tag](Communicator& comm, PrideWork& work) {
+  Task task = [this, op, is_send, peer, tag, before_post](Communicator& comm, PrideWork& w) {
+    if (before_post) before_post();
     void* data = op->staging.data_ptr();
     size_t bytes = nbytes(op->staging);
     op->request = is_send ? comm.p2p_send(peer, uint64_t(tag), data, bytes)
                           : comm.p2p_recv(peer, uint64_t(tag), data, bytes);
     op->deadline = Clock::now() + comm.timeout();
-    op->work = c10::intrusive_ptr<PrideWork>::reclaim_copy(&work);
+    op->work = c10::intrusive_ptr<PrideWork>::reclaim_copy(&w);
     in_flight_.push_back(std::make_unique<InFlight>(std::move(*op)));
     return false;
-  });
+  };
+  return enqueue(type, name, {tensor}, std::move(task), std::move(device));
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
@@ -199,6 +281,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::recvAnysource(std::vector<at::Tenso
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce(at::Tensor& tensor, SignOptions options) {
+  if (tensor.defined() && tensor.is_cuda()) return sign_allreduce_cuda(tensor, options);
   check_cpu_tensor(tensor, "sign_allreduce");
   const bits::DType dtype = to_sign_dtype(tensor.scalar_type(), "sign_allreduce");
   return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce", {tensor},
@@ -212,14 +295,19 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce(at::Tensor& tensor, 
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_packed(const at::Tensor& packed, int64_t numel,
                                                                    SignOptions options) {
-  check_cpu_tensor(packed, "sign_allreduce_packed");
-  TORCH_CHECK_TYPE(packed.scalar_type() == at::kByte, "pride sign_allreduce_packed: expected a uint8 tensor, got ",
-                   packed.scalar_type());
-  TORCH_CHECK_VALUE(numel >= 0 && packed.numel() == int64_t(bits::bytes_for(size_t(numel))),
+  // The result is created on the input's device; CUDA buffers are staged through host twins.
+  at::Tensor packed_in = packed;
+  at::Tensor out = packed.defined() ? at::empty({std::max<int64_t>(numel, 0)},
+                                                packed.options().dtype(options.mode == SignMode::kVote ? at::kChar : at::kFloat))
+                                    : at::Tensor();
+  StagingScope staging(*this, tensor_refs(packed_in, out), "sign_allreduce_packed");
+  check_cpu_tensor(packed_in, "sign_allreduce_packed");
+  TORCH_CHECK_TYPE(packed_in.scalar_type() == at::kByte, "pride sign_allreduce_packed: expected a uint8 tensor, got ",
+                   packed_in.scalar_type());
+  TORCH_CHECK_VALUE(numel >= 0 && packed_in.numel() == int64_t(bits::bytes_for(size_t(numel))),
                     "pride sign_allreduce_packed: ", numel, " elements need ", bits::bytes_for(size_t(std::max<int64_t>(numel, 0))),
-                    " packed bytes, got ", packed.numel());
-  at::Tensor out = at::empty({numel}, packed.options().dtype(options.mode == SignMode::kVote ? at::kChar : at::kFloat));
-  at::Tensor in = packed.contiguous();
+                    " packed bytes, got ", packed_in.numel());
+  at::Tensor in = packed_in.contiguous();
   return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce_packed", {out},
                  [in, out, numel, options](Communicator& comm, PrideWork&) {
                    pride::sign_allreduce_packed(comm, in.data_ptr<uint8_t>(), size_t(numel), options, out.data_ptr());

@@ -1,10 +1,16 @@
-// pride as a c10d::Backend: what torch.distributed calls for a group whose CPU backend is "pride".
+// pride as a c10d::Backend: what torch.distributed calls for a group whose backend is "pride", for
+// CPU and (built with CUDA) CUDA tensors.
 //
 // Threading (as ProcessGroupGloo): calls validate their arguments on the caller's thread, then queue
 // the operation for the backend's one worker thread, which runs them in issue order on the engine's
 // Communicator and completes their Work. Every rank issues collectives in the same order, so the
 // queues line up. Point-to-point operations are posted by the worker and then left in flight (an
 // irecv must not block an isend queued behind it); the worker completes them as they finish.
+//
+// CUDA tensors: every operation is ordered after the caller's current stream and does its device work
+// on one pride stream per device (cuda_ordering.h); sign-allreduce packs and unpacks on the GPU so
+// that only the bits leave it (cuda_sign_allreduce.cc), the standard collectives are staged through
+// host memory (host_staging.h).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -21,9 +27,12 @@
 
 #include "backend/communicator.h"
 #include "collectives/engine/sign/sign_allreduce.h"
+#include "torch_plugin/host_staging.h"
 #include "torch_plugin/pride_work.h"
 
 namespace pride::torch_plugin {
+
+class CudaOrdering;
 
 class PrideBackend : public c10d::Backend {
  public:
@@ -80,6 +89,14 @@ class PrideBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run_on_worker(const char* name, std::vector<at::Tensor> outputs,
                                                std::function<void(Communicator&)> fn);
 
+#ifdef PRIDE_WITH_CUDA_TENSORS
+  // Caller's thread: the ordering of a new operation on `device` against the caller's current stream,
+  // on pride's stream for that device (created on first use).
+  std::shared_ptr<CudaOrdering> cuda_ordering(c10::Device device);
+#endif
+  // Whether this build handles CUDA tensors.
+  static bool cuda_supported();
+
   // Immutable after construction (rank, size, host layout): safe to read from any thread.
   const Communicator& communicator() const { return *comm_; }
 
@@ -89,13 +106,15 @@ class PrideBackend : public c10d::Backend {
 
  private:
   // Runs on the worker; returns false when it left the Work to complete later (p2p in flight).
-  using Task = std::function<bool(Communicator&, PrideWork&)>;
+  using Task = BackendTask;
+  // `device`: the operation's CUDA side, when it has one that no StagingScope describes.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                         Task task);
+                                         Task task, std::shared_ptr<DeviceCompletion> device = nullptr);
   void worker_loop();
   void poll_in_flight();
   struct InFlight;
   c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer, int tag);
+  c10::intrusive_ptr<c10d::Work> sign_allreduce_cuda(at::Tensor& tensor, SignOptions options);
 
   std::unique_ptr<Communicator> comm_;
   mutable std::mutex mutex_;
@@ -112,6 +131,8 @@ class PrideBackend : public c10d::Backend {
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // worker thread only
   bool abandon_in_flight_ = false;                     // worker thread only
   std::thread worker_;
+  struct CudaStreams;  // pride's stream per device (cuda_ordering.cc's builds only)
+  std::unique_ptr<CudaStreams> cuda_streams_;
 };
 
 // The creator torch.distributed.Backend.register_backend calls (store, rank, size, timeout).

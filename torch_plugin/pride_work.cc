@@ -2,18 +2,39 @@
 
 namespace pride::torch_plugin {
 
-PrideWork::PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type, profiling_title), outputs_(std::move(outputs)),
-      future_(torch_compat::make_tensor_list_future()) {}
+PrideWork::PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs,
+                     std::shared_ptr<DeviceCompletion> device)
+    : c10d::Work(rank, type, profiling_title), outputs_(std::move(outputs)), device_(std::move(device)),
+      future_(torch_compat::make_tensor_list_future(device_ ? std::vector<c10::Device>{device_->device()}
+                                                            : std::vector<c10::Device>{})) {}
 
 void PrideWork::complete(std::exception_ptr error) {
   // The Future first: Work::wait() returning must imply the Future's value is visible.
-  if (error) {
-    future_->setError(error);
+  auto mark = [&] {
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  };
+  if (device_ && !error) {
+    device_->run_on_stream(mark);  // the Future's events go on pride's stream, after the operation
   } else {
-    future_->markCompleted(c10::IValue(outputs_));
+    mark();
   }
   finish(error);
 }
+
+bool PrideWork::wait(std::chrono::milliseconds timeout) {
+  const bool completed = c10d::Work::wait(timeout);  // rethrows the operation's error
+  if (completed && device_) device_->block_current_stream();
+  return completed;
+}
+
+void PrideWork::synchronize() {
+  if (device_) device_->block_current_stream();
+}
+
+bool PrideWork::isCompleted() { return c10d::Work::isCompleted() && (!device_ || device_->done()); }
 
 }  // namespace pride::torch_plugin

@@ -1,17 +1,26 @@
 // The Work handle of a pride operation: completed by the backend's worker thread, in issue order,
-// with the operation's output tensors as its Future's value (or its error).
+// with the operation's output tensors as its Future's value (or its error). An operation on CUDA
+// tensors also has a DeviceCompletion: wait() and synchronize() then make the caller's current stream
+// wait for the operation's end event (ProcessGroupNCCL's rule) instead of only the host.
 #pragma once
 
 #include <exception>
+#include <memory>
 #include <vector>
 
+#include "torch_plugin/device_completion.h"
 #include "torch_plugin/torch_compat.h"
 
 namespace pride::torch_plugin {
 
 class PrideWork : public c10d::Work {
  public:
-  PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs);
+  PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs,
+            std::shared_ptr<DeviceCompletion> device = nullptr);
+
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  bool isCompleted() override;
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -24,6 +33,7 @@ class PrideWork : public c10d::Work {
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::shared_ptr<DeviceCompletion> device_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
 };

@@ -9,13 +9,15 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <string>
+#include <vector>
 
 namespace pride::torch_compat {
 
 // A completed-later Future of a list of tensors, as c10d's Work::getFuture() promises. CPU tensors
-// need no device list (Future's device list is for accelerator streams and must name indexed devices).
-inline c10::intrusive_ptr<c10::ivalue::Future> make_tensor_list_future() {
-  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+// need no device list; CUDA ones name their (indexed) device, so that the Future records events on
+// the stream current when it completes and waiting on it orders the waiter's stream after them.
+inline c10::intrusive_ptr<c10::ivalue::Future> make_tensor_list_future(std::vector<c10::Device> devices = {}) {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), std::move(devices));
 }
 
 }  // namespace pride::torch_compat

@@ -10,31 +10,47 @@
 #include <cstdint>
 #include <cstring>
 
+// The CUDA kernels (collectives/bits/cuda/) include this file too, with PRIDE_KERNEL_NS=cuda_device:
+// one source for the conversions and predicates on both sides is what makes them bit-identical.
+#if defined(__CUDACC__)
+#define PRIDE_HD __host__ __device__
+#else
+#define PRIDE_HD
+#endif
+
 #ifndef PRIDE_KERNEL_NS
 #error "define PRIDE_KERNEL_NS before including kernel implementation headers"
 #endif
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
-inline uint32_t f32_bits(float f) {
+PRIDE_HD inline uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 
-inline float f32_from_bits(uint32_t u) {
+PRIDE_HD inline float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
 // bf16 is the top half of a float32: widening is exact.
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t{h} << 16); }
+PRIDE_HD inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t{h} << 16); }
 
 // Round to nearest even by adding just under half an ulp plus the lowest kept bit, as torch's
 // c10::BFloat16 does; NaN becomes torch's canonical 0x7FC0 (adding the bias could carry it to inf).
 // Branch-free, so that loops over it vectorize.
-inline uint16_t f32_to_bf16(float f) {
+PRIDE_HD inline uint16_t f32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
@@ -42,7 +58,7 @@ inline uint16_t f32_to_bf16(float f) {
 
 // Exact widening, as F16C's vcvtph2ps does it: subnormals become normals, a NaN keeps its payload
 // and gets the quiet bit.
-inline float f16_to_f32(uint16_t h) {
+PRIDE_HD inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   const uint32_t mant = h & 0x3FFu;
@@ -57,7 +73,7 @@ inline float f16_to_f32(uint16_t h) {
 
 // Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT: overflow goes to inf,
 // tiny values to subnormals or zero, a NaN keeps the top of its payload and gets the quiet bit.
-inline uint16_t f32_to_f16(float f) {
+PRIDE_HD inline uint16_t f32_to_f16(float f) {
   const uint32_t u = f32_bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7FFFFFFFu;
@@ -83,34 +99,34 @@ inline uint16_t f32_to_f16(float f) {
 // pos: x > 0; neg: x < 0. Both are false for ±0 and NaN.
 struct F32 {
   using T = float;
-  static bool pos(T x) { return x > 0.0f; }
-  static bool neg(T x) { return x < 0.0f; }
-  static float to_f32(T x) { return x; }
-  static T from_f32(float f) { return f; }
+  PRIDE_HD static bool pos(T x) { return x > 0.0f; }
+  PRIDE_HD static bool neg(T x) { return x < 0.0f; }
+  PRIDE_HD static float to_f32(T x) { return x; }
+  PRIDE_HD static T from_f32(float f) { return f; }
 };
 
 // For the 16-bit formats the predicates work on the bits: +0 is 0x0000, -0 is 0x8000, and the
 // magnitudes above the infinity pattern (0x7F80 bf16, 0x7C00 fp16) are NaN.
 struct BF16 {
   using T = uint16_t;
-  static bool pos(T b) { return b >= 0x0001 && b <= 0x7F80; }
-  static bool neg(T b) { return b >= 0x8001 && b <= 0xFF80; }
-  static float to_f32(T b) { return bf16_to_f32(b); }
-  static T from_f32(float f) { return f32_to_bf16(f); }
+  PRIDE_HD static bool pos(T b) { return b >= 0x0001 && b <= 0x7F80; }
+  PRIDE_HD static bool neg(T b) { return b >= 0x8001 && b <= 0xFF80; }
+  PRIDE_HD static float to_f32(T b) { return bf16_to_f32(b); }
+  PRIDE_HD static T from_f32(float f) { return f32_to_bf16(f); }
 };
 
 struct F16 {
   using T = uint16_t;
-  static bool pos(T b) { return b >= 0x0001 && b <= 0x7C00; }
-  static bool neg(T b) { return b >= 0x8001 && b <= 0xFC00; }
-  static float to_f32(T b) { return f16_to_f32(b); }
-  static T from_f32(float f) { return f32_to_f16(f); }
+  PRIDE_HD static bool pos(T b) { return b >= 0x0001 && b <= 0x7C00; }
+  PRIDE_HD static bool neg(T b) { return b >= 0x8001 && b <= 0xFC00; }
+  PRIDE_HD static float to_f32(T b) { return f16_to_f32(b); }
+  PRIDE_HD static T from_f32(float f) { return f32_to_f16(f); }
 };
 
 // Output only (unpack_vote): -1, 0, +1.
 struct I8 {
   using T = int8_t;
-  static T from_f32(float f) { return static_cast<T>(f); }
+  PRIDE_HD static T from_f32(float f) { return static_cast<T>(f); }
 };
 
 }  // namespace pride::bits::detail::PRIDE_KERNEL_NS

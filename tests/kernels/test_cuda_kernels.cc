@@ -1,12 +1,18 @@
-// The CUDA pack/unpack kernels against the CPU kernels (themselves tested against the oracles), on
-// every dtype and awkward lengths. Skips cleanly where no GPU is present, as on the CI machines.
+// The CUDA kernels against the CPU kernels (themselves tested against the oracles): bit for bit, on
+// random data with ±0, NaN, inf and subnormals, odd lengths, and buffers that are not 16-byte aligned
+// (the scalar paths). Outputs are poisoned first so that an unwritten word shows. Skips cleanly where
+// no GPU is present, as on the CI machines.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <vector>
 
-#include "collectives/bits/cuda/pack_kernels.h"
+#include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/cuda/tensor_slices.h"
 #include "tests/kernels/oracle.h"
 
 namespace pride::bits::test {
@@ -17,52 +23,289 @@ bool have_gpu() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-template <class T>
-T* device_copy(const std::vector<T>& host) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(1, host.size()) * sizeof(T)), cudaSuccess);
-  if (!host.empty()) {
-    EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine"
+
+// Device memory holding a copy of a host vector, `offset_bytes` past a 256-byte aligned allocation
+// (an offset of one element makes every vector access take the unaligned path).
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const void* host, size_t bytes, size_t offset_bytes = 0) : bytes_(bytes), offset_(offset_bytes) {
+    EXPECT_EQ(cudaMalloc(&base_, bytes + offset_bytes + 16), cudaSuccess);
+    EXPECT_EQ(cudaMemset(base_, 0xA5, bytes + offset_bytes + 16), cudaSuccess);  // poison
+    if (host != nullptr && bytes > 0) {
+      EXPECT_EQ(cudaMemcpy(get(), host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
-  return d;
+  template <class T>
+  explicit DeviceBuffer(const std::vector<T>& host, size_t offset_bytes = 0)
+      : DeviceBuffer(host.data(), host.size() * sizeof(T), offset_bytes) {}
+  ~DeviceBuffer() { cudaFree(base_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return static_cast<char*>(base_) + offset_; }
+  uint64_t* words() const { return static_cast<uint64_t*>(get()); }
+  template <class T>
+  std::vector<T> read(size_t count) const {
+    std::vector<T> out(count);
+    if (count > 0) {
+      EXPECT_EQ(cudaMemcpy(out.data(), get(), count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return out;
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_;
+  size_t offset_;
+};
+
+void finish(cudaError_t launched) {
+  ASSERT_EQ(launched, cudaSuccess) << cudaGetErrorString(launched);
+  const cudaError_t done = cudaDeviceSynchronize();
+  ASSERT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
 }
 
-template <class T>
-std::vector<T> host_copy(const T* d, size_t n) {
-  std::vector<T> h(n);
-  if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  return h;
+const std::vector<size_t>& gpu_lengths() {
+  static const std::vector<size_t> n = {0, 1, 7, 31, 32, 63, 64, 65, 127, 129, 1000, 4097, 100003, (size_t(1) << 20) + 7};
+  return n;
 }
 
-TEST(CudaKernels, PackAndUnpackMatchTheCpuKernels) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    for (size_t n : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(100003), size_t(1) << 20}) {
+constexpr DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+
+// Every test runs once with aligned buffers and once with buffers one element off alignment.
+class CudaKernels : public ::testing::TestWithParam<bool> {
+ protected:
+  size_t offset(DType dtype) const { return GetParam() ? dtype_size(dtype) : 0; }
+};
+
+TEST_P(CudaKernels, PackBinaryAndTernaryMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : kFloats) {
+    for (size_t n : gpu_lengths()) {
       const auto x = random_values(dtype, n);
-      std::vector<uint64_t> want(words_for(n));
-      pack_binary(x.data(), dtype, n, want.data());
-      uint8_t* dx = device_copy(x);
-      uint64_t* dplane = nullptr;
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dplane), std::max<size_t>(1, want.size()) * 8), cudaSuccess);
-      ASSERT_EQ(cuda::pack_binary(dx, dtype, n, dplane, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(host_copy(dplane, want.size()), want) << dtype_name(dtype) << " n=" << n;
+      const size_t W = words_for(n);
+      std::vector<uint64_t> pos(W), neg(W), bin(W);
+      pack_binary(x.data(), dtype, n, bin.data());
+      pack_ternary(x.data(), dtype, n, pos.data(), neg.data());
+      DeviceBuffer dx(x, offset(dtype)), dbin(nullptr, W * 8), dpos(nullptr, W * 8), dneg(nullptr, W * 8);
+      finish(cuda::pack_binary(dx.get(), dtype, n, dbin.words(), nullptr));
+      finish(cuda::pack_ternary(dx.get(), dtype, n, dpos.words(), dneg.words(), nullptr));
+      EXPECT_EQ(dbin.read<uint64_t>(W), bin) << dtype_name(dtype) << " n=" << n;
+      EXPECT_EQ(dpos.read<uint64_t>(W), pos) << dtype_name(dtype) << " n=" << n;
+      EXPECT_EQ(dneg.read<uint64_t>(W), neg) << dtype_name(dtype) << " n=" << n;
+    }
+  }
+}
 
-      const auto tie = random_plane(n, 0.2);
-      std::vector<uint8_t> y_cpu(n * dtype_size(dtype));
-      unpack_vote(want.data(), tie.data(), n, y_cpu.data(), dtype);
-      uint64_t* dtie = device_copy(tie);
-      uint8_t* dy = nullptr;
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dy), std::max<size_t>(1, y_cpu.size())), cudaSuccess);
-      ASSERT_EQ(cuda::unpack_vote(dplane, dtie, n, dy, dtype, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(host_copy(dy, y_cpu.size()), y_cpu) << dtype_name(dtype) << " n=" << n;
-      cudaFree(dx);
-      cudaFree(dplane);
-      cudaFree(dtie);
-      cudaFree(dy);
+TEST_P(CudaKernels, UnpackVoteMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
+    for (size_t n : gpu_lengths()) {
+      const auto pos = random_plane(n, 0.4);
+      auto tie = random_plane(n, 0.3);
+      for (bool with_tie : {false, true}) {
+        std::vector<uint8_t> want(n * dtype_size(dtype));
+        unpack_vote(pos.data(), with_tie ? tie.data() : nullptr, n, want.data(), dtype);
+        DeviceBuffer dpos(pos), dtie(tie), dy(nullptr, want.size(), offset(dtype));
+        finish(cuda::unpack_vote(dpos.words(), with_tie ? dtie.words() : nullptr, n, dy.get(), dtype, nullptr));
+        EXPECT_EQ(dy.read<uint8_t>(want.size()), want) << dtype_name(dtype) << " n=" << n << " tie=" << with_tie;
+      }
+    }
+  }
+}
+
+// Random counts of up to max_count as a counter of `planes` planes.
+std::vector<uint64_t> random_counter(size_t n, int planes, int64_t max_count) {
+  std::vector<int32_t> values(n);
+  for (auto& v : values) v = int32_t(rng()() % uint64_t(max_count + 1));
+  return encode_counter(values, planes);
+}
+
+TEST_P(CudaKernels, UnpackMeanMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : kFloats) {
+    for (int64_t nranks : {1, 3, 4, 7, 12}) {
+      for (bool ternary : {false, true}) {
+        const int planes = planes_for(ternary ? 2 * nranks : nranks);
+        const int scale = ternary ? 1 : 2;
+        for (size_t n : {size_t(1), size_t(65), size_t(100003)}) {
+          const auto count = random_counter(n, planes, ternary ? 2 * nranks : nranks);
+          std::vector<uint8_t> want(n * dtype_size(dtype));
+          unpack_mean(count.data(), planes, n, scale, nranks, nranks, want.data(), dtype);
+          DeviceBuffer dc(count), dy(nullptr, want.size(), offset(dtype));
+          finish(cuda::unpack_mean(dc.words(), planes, n, scale, nranks, nranks, dy.get(), dtype, nullptr));
+          EXPECT_EQ(dy.read<uint8_t>(want.size()), want) << dtype_name(dtype) << " N=" << nranks << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : kFloats) {
+    for (size_t n : gpu_lengths()) {
+      const auto x0 = random_values(dtype, n);
+      const auto pos = random_plane(n, 0.45), tie = random_plane(n, 0.2);
+      for (double wd : {0.0, 0.1}) {
+        auto want = x0;
+        apply_vote(want.data(), dtype, n, pos.data(), tie.data(), 3e-4, wd);
+        DeviceBuffer dx(x0, offset(dtype)), dpos(pos), dtie(tie);
+        finish(cuda::apply_vote(dx.get(), dtype, n, dpos.words(), dtie.words(), 3e-4, wd, nullptr));
+        EXPECT_EQ(dx.read<uint8_t>(want.size()), want) << "apply_vote " << dtype_name(dtype) << " n=" << n;
+      }
+      const int64_t nranks = 5;
+      const int planes = planes_for(nranks);
+      const auto count = random_counter(n, planes, nranks);
+      auto want = x0;
+      apply_mean(want.data(), dtype, n, count.data(), planes, 2, nranks, nranks, 1e-3, 0.01);
+      DeviceBuffer dx(x0, offset(dtype)), dc(count);
+      finish(cuda::apply_mean(dx.get(), dtype, n, dc.words(), planes, 2, nranks, nranks, 1e-3, 0.01, nullptr));
+      EXPECT_EQ(dx.read<uint8_t>(want.size()), want) << "apply_mean " << dtype_name(dtype) << " n=" << n;
+    }
+  }
+}
+
+TEST_P(CudaKernels, LionVoteMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : kFloats) {
+    for (size_t n : gpu_lengths()) {
+      const auto g = random_values(dtype, n), m0 = random_values(dtype, n);
+      const size_t W = words_for(n);
+      auto m = m0;
+      std::vector<uint64_t> pos(W), neg(W);
+      lion_vote(g.data(), m.data(), dtype, n, 0.9, 0.99, pos.data(), neg.data());
+      DeviceBuffer dg(g, offset(dtype)), dm(m0, offset(dtype)), dpos(nullptr, W * 8), dneg(nullptr, W * 8);
+      finish(cuda::lion_vote(dg.get(), dm.get(), dtype, n, 0.9, 0.99, dpos.words(), dneg.words(), nullptr));
+      EXPECT_EQ(dm.read<uint8_t>(m.size()), m) << dtype_name(dtype) << " n=" << n;
+      EXPECT_EQ(dpos.read<uint64_t>(W), pos) << dtype_name(dtype) << " n=" << n;
+      EXPECT_EQ(dneg.read<uint64_t>(W), neg) << dtype_name(dtype) << " n=" << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Alignment, CudaKernels, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Unaligned" : "Aligned"; });
+
+TEST(CudaCounters, CountPlanesMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int nplanes : {0, 1, 2, 3, 4, 7, 8, 16, 33, 100}) {
+    for (size_t n : {size_t(1), size_t(64), size_t(70001)}) {
+      const size_t W = words_for(n);
+      std::vector<std::vector<uint64_t>> planes;
+      std::vector<const uint64_t*> host_ptrs;
+      for (int k = 0; k < nplanes; ++k) planes.push_back(random_plane(n, 0.5));
+      for (const auto& p : planes) host_ptrs.push_back(p.data());
+      const int counter_planes = planes_for(nplanes) + 1;  // one spare plane must come out zero
+      std::vector<uint64_t> want(size_t(counter_planes) * W);
+      count_planes(host_ptrs.data(), nplanes, W, want.data(), counter_planes);
+      std::vector<std::unique_ptr<DeviceBuffer>> dplanes;
+      std::vector<const uint64_t*> dev_ptrs;
+      for (const auto& p : planes) {
+        dplanes.push_back(std::make_unique<DeviceBuffer>(p));
+        dev_ptrs.push_back(dplanes.back()->words());
+      }
+      DeviceBuffer dcounter(nullptr, want.size() * 8);
+      finish(cuda::count_planes(dev_ptrs.data(), nplanes, W, dcounter.words(), counter_planes, nullptr));
+      EXPECT_EQ(dcounter.read<uint64_t>(want.size()), want) << "N=" << nplanes << " n=" << n;
+    }
+  }
+}
+
+TEST(CudaCounters, ThresholdsAndSignedOffsetMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t nvotes : {1, 2, 3, 4, 7, 8, 31}) {
+    const size_t n = 10007, W = words_for(n);
+    const int planes = planes_for(nvotes);
+    const auto count = random_counter(n, planes, nvotes);
+    std::vector<uint64_t> pos(W), tie(W);
+    vote_from_count(count.data(), planes, W, nvotes, pos.data(), tie.data());
+    DeviceBuffer dc(count), dpos(nullptr, W * 8), dtie(nullptr, W * 8);
+    finish(cuda::vote_from_count(dc.words(), planes, W, nvotes, dpos.words(), dtie.words(), nullptr));
+    EXPECT_EQ(dpos.read<uint64_t>(W), pos) << "vote_from_count N=" << nvotes;
+    EXPECT_EQ(dtie.read<uint64_t>(W), tie) << "vote_from_count N=" << nvotes;
+
+    const auto pc = random_counter(n, planes, nvotes), nc = random_counter(n, planes, nvotes);
+    vote_from_counts(pc.data(), nc.data(), planes, W, pos.data(), tie.data());
+    DeviceBuffer dpc(pc), dnc(nc);
+    finish(cuda::vote_from_counts(dpc.words(), dnc.words(), planes, W, dpos.words(), dtie.words(), nullptr));
+    EXPECT_EQ(dpos.read<uint64_t>(W), pos) << "vote_from_counts N=" << nvotes;
+    EXPECT_EQ(dtie.read<uint64_t>(W), tie) << "vote_from_counts N=" << nvotes;
+
+    const int out_planes = planes_for(2 * nvotes);
+    std::vector<uint64_t> out(size_t(out_planes) * W);
+    counter_signed_offset(pc.data(), nc.data(), planes, W, nvotes, out.data(), out_planes);
+    DeviceBuffer dout(nullptr, out.size() * 8);
+    finish(cuda::counter_signed_offset(dpc.words(), dnc.words(), planes, W, nvotes, dout.words(), out_planes, nullptr));
+    EXPECT_EQ(dout.read<uint64_t>(out.size()), out) << "counter_signed_offset N=" << nvotes;
+  }
+}
+
+// Several tensors in one flat index space (each starting on a 64-element boundary), cut into slices
+// as the optimizer does: the multi-tensor kernels give each tensor what the single-tensor CPU kernels give.
+TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 200003, 5};
+  for (DType dtype : kFloats) {
+    const size_t es = dtype_size(dtype);
+    std::vector<std::vector<uint8_t>> g, m, x;
+    std::vector<std::unique_ptr<DeviceBuffer>> dg, dm, dx;
+    std::vector<size_t> starts;
+    size_t total = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      g.push_back(random_values(dtype, sizes[i]));
+      m.push_back(random_values(dtype, sizes[i]));
+      x.push_back(random_values(dtype, sizes[i]));
+      const size_t off = i % 2 ? es : 0;  // every other tensor unaligned
+      dg.push_back(std::make_unique<DeviceBuffer>(g.back(), off));
+      dm.push_back(std::make_unique<DeviceBuffer>(m.back(), off));
+      dx.push_back(std::make_unique<DeviceBuffer>(x.back(), off));
+      starts.push_back(total);
+      total += (sizes[i] + 63) / 64 * 64;
+    }
+    const size_t W = words_for(total);
+    std::vector<cuda::TensorSlice> lion, apply;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (size_t first = 0; first < sizes[i]; first += cuda::kSliceElements) {
+        const uint32_t count = uint32_t(std::min<size_t>(cuda::kSliceElements, sizes[i] - first));
+        const bool aligned = i % 2 == 0;
+        const uint64_t word = (starts[i] + first) / 64;
+        lion.push_back({static_cast<char*>(dg[i]->get()) + first * es, static_cast<char*>(dm[i]->get()) + first * es,
+                        word, count, aligned});
+        apply.push_back({nullptr, static_cast<char*>(dx[i]->get()) + first * es, word, count, aligned});
+      }
+    }
+    DeviceBuffer dlion(lion), dapply(apply), dpos(nullptr, W * 8), dneg(nullptr, W * 8);
+    finish(cuda::lion_vote_slices(static_cast<cuda::TensorSlice*>(dlion.get()), lion.size(), dtype, 0.9, 0.99,
+                                  dpos.words(), dneg.words(), nullptr));
+    const auto pos = dpos.read<uint64_t>(W), neg = dneg.read<uint64_t>(W);
+    const int64_t nranks = 3;
+    const int planes = planes_for(nranks);
+    const auto count = random_counter(total, planes, nranks);
+    DeviceBuffer dcount(count);
+    finish(cuda::apply_vote_slices(static_cast<cuda::TensorSlice*>(dapply.get()), apply.size(), dtype, dpos.words(),
+                                   dneg.words(), 1e-3, 0.1, nullptr));
+    finish(cuda::apply_mean_slices(static_cast<cuda::TensorSlice*>(dapply.get()), apply.size(), dtype, dcount.words(),
+                                   planes, W, 2, nranks, nranks, 1e-3, 0.1, nullptr));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t n = sizes[i], w0 = starts[i] / 64, nw = words_for(n);
+      auto mi = m[i];
+      std::vector<uint64_t> p(nw), q(nw);
+      lion_vote(g[i].data(), mi.data(), dtype, n, 0.9, 0.99, p.data(), q.data());
+      EXPECT_EQ(dm[i]->read<uint8_t>(mi.size()), mi) << dtype_name(dtype) << " tensor " << i;
+      EXPECT_EQ(std::vector<uint64_t>(pos.begin() + long(w0), pos.begin() + long(w0 + nw)), p) << "tensor " << i;
+      EXPECT_EQ(std::vector<uint64_t>(neg.begin() + long(w0), neg.begin() + long(w0 + nw)), q) << "tensor " << i;
+      // Apply: vote from the slices' own pos/neg planes as +1 plane and tie plane, then the mean.
+      auto xi = x[i];
+      apply_vote(xi.data(), dtype, n, p.data(), q.data(), 1e-3, 0.1);
+      std::vector<uint64_t> piece(size_t(planes) * nw);
+      for (int k = 0; k < planes; ++k) {
+        std::copy_n(count.begin() + long(size_t(k) * W + w0), nw, piece.begin() + long(size_t(k) * nw));
+      }
+      apply_mean(xi.data(), dtype, n, piece.data(), planes, 2, nranks, nranks, 1e-3, 0.1);
+      EXPECT_EQ(dx[i]->read<uint8_t>(xi.size()), xi) << dtype_name(dtype) << " tensor " << i;
     }
   }
 }

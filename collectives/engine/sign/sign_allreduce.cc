@@ -174,6 +174,12 @@ SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size
   return run_sign_allreduce(comm, votes, numel, options, dtype_code, {}, nullptr);
 }
 
+SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
+                                 uint32_t dtype_code, uint64_t* planes_out) {
+  PRIDE_CHECK_ARG(planes_out != nullptr || numel == 0, "sign_allreduce_planes: null result buffer");
+  return run_sign_allreduce(comm, votes, numel, options, dtype_code, {}, planes_out);
+}
+
 void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel, const SignOptions& options) {
   PRIDE_CHECK_ARG(dtype == bits::DType::kFloat32 || dtype == bits::DType::kBFloat16 || dtype == bits::DType::kFloat16,
                   "sign_allreduce: unsupported dtype {} (float32, bfloat16 or float16)", bits::dtype_name(dtype));

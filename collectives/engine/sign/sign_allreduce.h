@@ -42,6 +42,10 @@ struct SignResult {
 // the fingerprint (ranks must agree on it).
 SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
                                  uint32_t dtype_code);
+// The same, with the result planes written to `planes_out` (plan.result_planes × words_for(numel)
+// words, plane-major), e.g. pinned host memory that a GPU copies from; the SignResult borrows them.
+SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
+                                 uint32_t dtype_code, uint64_t* planes_out);
 
 // In place on float32 / bf16 / fp16 values.
 void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel, const SignOptions& options);

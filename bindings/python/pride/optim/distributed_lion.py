@@ -19,13 +19,15 @@ class DistributedLion(torch.optim.Optimizer):
 
     votes="binary" sends 1 bit per element (an exactly-zero local update votes −1, as in SPEC §2);
     votes="ternary" gives torch.sign semantics (0 abstains) at about twice the traffic.
-    The step is fused in C++: parameters of one dtype are handled as one flat buffer in buckets of
-    ``bucket_mb`` MiB of parameters, packing one bucket while the previous one is on the wire.
+    The step is fused in C++: parameters of one dtype and device are handled as one flat buffer in
+    buckets of ``bucket_mb`` MiB of parameters (default 4 on CPU, 64 on CUDA), packing one bucket
+    while the previous one is on the wire. CUDA parameters are updated by fused kernels on the current
+    stream (two launches per bucket, whatever the number of tensors); only the packed votes leave the GPU.
     Momentum is per rank: save and load each rank's state_dict on the same number of ranks.
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
-                 votes="binary", bucket_mb=4.0):
+                 votes="binary", bucket_mb=None):
         if not lr >= 0.0:
             raise ValueError(f"DistributedLion: invalid learning rate {lr}")
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
@@ -36,13 +38,14 @@ class DistributedLion(torch.optim.Optimizer):
             raise ValueError(f"DistributedLion: mode must be one of {_MODES}, got {mode!r}")
         if votes not in ("binary", "ternary"):
             raise ValueError(f"DistributedLion: votes must be 'binary' or 'ternary', got {votes!r}")
-        if not bucket_mb > 0:
+        if bucket_mb is not None and not bucket_mb > 0:
             raise ValueError(f"DistributedLion: bucket_mb must be positive, got {bucket_mb}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
         self.mode = mode
         self.group = group
         self.votes = votes
         self.bucket_mb = bucket_mb
+        self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
 
     def _backend(self):
         """The group's pride backend, or None for a world of one (no process group)."""
@@ -73,8 +76,8 @@ class DistributedLion(torch.optim.Optimizer):
                 state = self.state[p]
                 if "exp_avg" not in state:
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                by_dtype.setdefault(p.dtype, []).append(p)
-            for dtype, params in by_dtype.items():
+                by_dtype.setdefault((p.device, p.dtype), []).append(p)
+            for (device, dtype), params in by_dtype.items():
                 grads = [p.grad.contiguous() for p in params]
                 momenta = [self.state[p]["exp_avg"] for p in params]
                 if self.mode == "global":
@@ -86,11 +89,22 @@ class DistributedLion(torch.optim.Optimizer):
                 _C.distributed_lion_step(
                     target, params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
-                    self._bucket_elements(dtype))
+                    self._bucket_elements(device, dtype), self._workspace(device, dtype))
         return loss
 
-    def _bucket_elements(self, dtype):
-        return max(64, int(self.bucket_mb * (1 << 20)) // torch.empty(0, dtype=dtype).element_size())
+    def _workspace(self, device, dtype):
+        if device.type != "cuda":
+            return None
+        if not _C.cuda_supported():
+            raise ValueError(f"DistributedLion: parameters on {device}, but this build of pride has no CUDA support")
+        key = (device, dtype)
+        if key not in self._cuda_workspaces:
+            self._cuda_workspaces[key] = _C.CudaLionWorkspace()
+        return self._cuda_workspaces[key]
+
+    def _bucket_elements(self, device, dtype):
+        mb = self.bucket_mb if self.bucket_mb is not None else (64.0 if device.type == "cuda" else 4.0)
+        return max(64, int(mb * (1 << 20)) // torch.empty(0, dtype=dtype).element_size())
 
     def _averaged(self, grads):
         """G-Lion: the mean gradient over the group, all-reduced in float32 (one flat buffer)."""

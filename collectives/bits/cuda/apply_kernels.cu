@@ -1,0 +1,152 @@
+// The fused apply of Distributed Lion on the GPU: x ← x·(1 − lr·wd) − lr·Δ straight from the result
+// planes, 16 bytes of parameters per thread (elementwise_scalar.h's arithmetic, element_math.cuh).
+#include "collectives/bits/cuda/device_elements.cuh"
+#include "collectives/bits/cuda/element_math.cuh"
+#include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/cuda/tensor_slices.h"
+
+namespace pride::bits::cuda {
+namespace {
+
+using namespace device;
+
+// Where Δ comes from: the vote's planes (+1 plane, optional tie plane), or the mean's count planes.
+struct VoteDelta {
+  const uint32_t* pos32;
+  const uint32_t* tie32;
+  template <class T>
+  __device__ void at(size_t first, float (&delta)[kVec<T>]) const {
+    const uint32_t p = lane_bits<T>(pos32, first), z = tie32 ? lane_bits<T>(tie32, first) : 0u;
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) delta[k] = (p >> k) & 1u ? 1.0f : ((z >> k) & 1u ? 0.0f : -1.0f);
+  }
+  __device__ VoteDelta offset(uint64_t word) const {
+    return {pos32 + 2 * word, tie32 ? tie32 + 2 * word : nullptr};
+  }
+};
+
+template <class Tr>
+struct MeanDelta {
+  const uint32_t* count32;
+  int planes;
+  size_t plane_halves;
+  MeanArgs m;
+  template <class T>
+  __device__ void at(size_t first, float (&delta)[kVec<T>]) const {
+    uint32_t u[kVec<T>];
+    counts_at<T>(count32, planes, plane_halves, first, u);
+    // Δ is the mean rounded to the dtype first, as if unpack_mean had produced a delta tensor.
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) delta[k] = round_to<Tr>(mean_value(u[k], m));
+  }
+  __device__ MeanDelta offset(uint64_t word) const { return {count32 + 2 * word, planes, plane_halves, m}; }
+};
+
+template <class Tr, class Delta>
+__device__ void apply_range(typename Tr::T* x, size_t n, bool aligned, const Delta& d, const ApplyArgs& a,
+                            size_t thread, size_t nthreads) {
+  using T = typename Tr::T;
+  constexpr int E = kVec<T>;
+  const size_t nvec = (n + E - 1) / E;
+  for (size_t i = thread; i < nvec; i += nthreads) {
+    const size_t first = i * E;
+    T v[E];
+    float delta[E];
+    load_elements(x, n, first, aligned, v);
+    d.template at<T>(first, delta);
+#pragma unroll
+    for (int k = 0; k < E; ++k) v[k] = lion_update<Tr>(v[k], delta[k], a);
+    store_elements(x, n, first, aligned, v);
+  }
+}
+
+template <class Tr, class Delta>
+__global__ void apply_kernel(typename Tr::T* x, size_t n, bool aligned, Delta d, ApplyArgs a) {
+  apply_range<Tr>(x, n, aligned, d, a, size_t{blockIdx.x} * blockDim.x + threadIdx.x,
+                  size_t{gridDim.x} * blockDim.x);
+}
+
+template <class Tr, class Delta>
+__global__ void apply_slices_kernel(const TensorSlice* slices, size_t nslices, Delta d, ApplyArgs a) {
+  for (size_t s = blockIdx.x; s < nslices; s += gridDim.x) {
+    const TensorSlice sl = slices[s];
+    apply_range<Tr>(static_cast<typename Tr::T*>(sl.inout), sl.count, sl.aligned != 0, d.offset(sl.word), a,
+                    threadIdx.x, blockDim.x);
+  }
+}
+
+// lr rounded to the dtype like torch's add_(alpha); the decay factor stays float32 like mul_'s scalar.
+template <class Tr>
+ApplyArgs apply_args(double lr, double wd) {
+  return {float(1.0 - lr * wd), Tr::to_f32(Tr::from_f32(float(lr)))};
+}
+
+template <class Tr, class Delta>
+cudaError_t launch(void* x, size_t n, const Delta& d, double lr, double wd, cudaStream_t stream) {
+  const size_t nvec = (n + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>;
+  apply_kernel<Tr><<<grid_for(nvec), kThreads, 0, stream>>>(static_cast<typename Tr::T*>(x), n, aligned16(x), d,
+                                                            apply_args<Tr>(lr, wd));
+  return cudaGetLastError();
+}
+
+template <class Tr, class Delta>
+cudaError_t launch_slices(const TensorSlice* slices, size_t nslices, const Delta& d, double lr, double wd,
+                          cudaStream_t stream) {
+  apply_slices_kernel<Tr><<<grid_for(nslices * kThreads), kThreads, 0, stream>>>(slices, nslices, d,
+                                                                                  apply_args<Tr>(lr, wd));
+  return cudaGetLastError();
+}
+
+// Calls fn(Tr{}) with the traits of dtype (float types only).
+template <class Fn>
+cudaError_t by_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(F32{});
+    case DType::kBFloat16: return fn(BF16{});
+    case DType::kFloat16: return fn(F16{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr,
+                       double wd, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const VoteDelta d{reinterpret_cast<const uint32_t*>(pos), reinterpret_cast<const uint32_t*>(tie)};
+  return by_dtype(dtype, [&](auto tr) { return launch<decltype(tr)>(x, n, d, lr, wd, stream); });
+}
+
+cudaError_t apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int planes, int scale, int64_t offset,
+                       int64_t nranks, double lr, double wd, cudaStream_t stream) {
+  if (planes < 1 || planes > 32 || nranks < 1) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto tr) {
+    using Tr = decltype(tr);
+    const MeanDelta<Tr> d{reinterpret_cast<const uint32_t*>(count), planes, 2 * words_for(n),
+                          {scale, offset, float(nranks)}};
+    return launch<Tr>(x, n, d, lr, wd, stream);
+  });
+}
+
+cudaError_t apply_vote_slices(const TensorSlice* slices, size_t nslices, DType dtype, const uint64_t* pos,
+                              const uint64_t* tie, double lr, double wd, cudaStream_t stream) {
+  if (nslices == 0) return cudaSuccess;
+  const VoteDelta d{reinterpret_cast<const uint32_t*>(pos), reinterpret_cast<const uint32_t*>(tie)};
+  return by_dtype(dtype, [&](auto tr) { return launch_slices<decltype(tr)>(slices, nslices, d, lr, wd, stream); });
+}
+
+cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType dtype, const uint64_t* count,
+                              int planes, size_t plane_words, int scale, int64_t offset, int64_t nranks, double lr,
+                              double wd, cudaStream_t stream) {
+  if (planes < 1 || planes > 32 || nranks < 1) return cudaErrorInvalidValue;
+  if (nslices == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto tr) {
+    using Tr = decltype(tr);
+    const MeanDelta<Tr> d{reinterpret_cast<const uint32_t*>(count), planes, 2 * plane_words,
+                          {scale, offset, float(nranks)}};
+    return launch_slices<Tr>(slices, nslices, d, lr, wd, stream);
+  });
+}
+
+}  // namespace pride::bits::cuda

@@ -1,0 +1,59 @@
+// The bit kernels of kernels.h on the GPU, for device tensors: same layout (element j is bit j % 64 of
+// word j / 64), same semantics, and the same bits as the CPU kernels for every input, ±0, NaN and inf
+// included (the element conversions are element_traits.h itself, compiled for the device; float32
+// arithmetic is done without contraction into FMA, as on the CPU).
+//
+// Every function launches asynchronously on `stream` and returns the launch status; pointers are
+// device pointers unless the comment says otherwise. Vectorised 16-byte loads and stores where a
+// buffer is 16-byte aligned, grid-stride loops, no atomics.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/bits/kernels.h"
+
+namespace pride::bits::cuda {
+
+// ---- Pack -------------------------------------------------------------------------------------
+// plane[words_for(n)]: bit j = (x[j] > 0); bits past n are zero. float32/bf16/fp16 input.
+cudaError_t pack_binary(const void* x, DType dtype, size_t n, uint64_t* plane, cudaStream_t stream);
+// pos: x > 0, neg: x < 0 (±0 and NaN abstain).
+cudaError_t pack_ternary(const void* x, DType dtype, size_t n, uint64_t* pos, uint64_t* neg, cudaStream_t stream);
+
+// ---- Bit-sliced counters: the owner's count -----------------------------------------------------
+// counter = the sum of nplanes vote planes (planes: a HOST array of nplanes device pointers, at most
+// kMaxCountPlanes), as counter_planes >= planes_for(nplanes) planes of nwords words, plane-major.
+constexpr int kMaxCountPlanes = 256;
+cudaError_t count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
+                         int counter_planes, cudaStream_t stream);
+
+// ---- Thresholds (as kernels.h) ----------------------------------------------------------------------
+cudaError_t vote_from_count(const uint64_t* count, int planes, size_t nwords, int64_t nvotes, uint64_t* pos,
+                            uint64_t* tie, cudaStream_t stream);
+cudaError_t vote_from_counts(const uint64_t* pos_count, const uint64_t* neg_count, int planes, size_t nwords,
+                             uint64_t* pos, uint64_t* tie, cudaStream_t stream);
+cudaError_t counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, int64_t offset,
+                                  uint64_t* out, int out_planes, cudaStream_t stream);
+
+// ---- Unpack --------------------------------------------------------------------------------------
+// y[j] = +1 where pos, else 0 where tie (tie may be null), else -1. float32/bf16/fp16/int8 output.
+cudaError_t unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, DType dtype,
+                        cudaStream_t stream);
+// y[j] = float32(scale*u - offset) / float32(nranks) cast to dtype, u the count of element j.
+cudaError_t unpack_mean(const uint64_t* count, int planes, size_t n, int scale, int64_t offset, int64_t nranks,
+                        void* y, DType dtype, cudaStream_t stream);
+
+// ---- Fused apply of the update (Distributed Lion), as kernels.h ----------------------------------
+cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr,
+                       double wd, cudaStream_t stream);
+cudaError_t apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int planes, int scale, int64_t offset,
+                       int64_t nranks, double lr, double wd, cudaStream_t stream);
+
+// ---- Lion's local step fused with packing its vote, as kernels.h ----------------------------------
+cudaError_t lion_vote(const void* g, void* m, DType dtype, size_t n, double beta1, double beta2, uint64_t* pos,
+                      uint64_t* neg, cudaStream_t stream);
+
+}  // namespace pride::bits::cuda

@@ -1,0 +1,39 @@
+// Distributed Lion's two fused halves over many tensors in one launch each. The optimizer treats its
+// parameters as one flat index space in which every tensor starts on a 64-element boundary (see
+// torch_plugin/distributed_lion.h); a TensorSlice is a piece of one tensor, at most kSliceElements
+// long, and the plane words its bits occupy. Blocks take slices in turn, so a step over a hundred
+// tensors costs two launches instead of two hundred.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/bits/kernels.h"
+
+namespace pride::bits::cuda {
+
+constexpr uint32_t kSliceElements = 1u << 16;
+
+struct TensorSlice {
+  const void* in;  // lion_vote: the gradient; apply: the parameters (read and written)
+  void* inout;     // lion_vote: the momentum (read and written); apply: the parameters
+  uint64_t word;   // the slice's first word in the planes (its flat index / 64)
+  uint32_t count;  // elements, at most kSliceElements
+  uint32_t aligned;  // every pointer of the slice is 16-byte aligned (vector access)
+};
+
+// slices: a DEVICE array. pos/neg (neg may be null) receive the votes at each slice's words; the
+// words a slice covers are written whole (bits past its last element zero).
+cudaError_t lion_vote_slices(const TensorSlice* slices, size_t nslices, DType dtype, double beta1, double beta2,
+                             uint64_t* pos, uint64_t* neg, cudaStream_t stream);
+// x ← x·(1 − lr·wd) − lr·Δ for every slice, Δ from the result planes (as apply_vote / apply_mean;
+// count plane p starts at count + p * plane_words).
+cudaError_t apply_vote_slices(const TensorSlice* slices, size_t nslices, DType dtype, const uint64_t* pos,
+                              const uint64_t* tie, double lr, double wd, cudaStream_t stream);
+cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType dtype, const uint64_t* count,
+                              int planes, size_t plane_words, int scale, int64_t offset, int64_t nranks, double lr,
+                              double wd, cudaStream_t stream);
+
+}  // namespace pride::bits::cuda

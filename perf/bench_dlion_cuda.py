@@ -1,0 +1,165 @@
+"""DistributedLion.step() on CUDA parameters, side by side with lion-pytorch's Triton Lion (SPEC §5, GPU).
+
+Model-like sizes: --params parameters split into --tensors tensors of varied shapes. Every timed step
+is bracketed by torch.cuda.synchronize(); the median over --steps steps after --warmup is reported.
+
+  python perf/bench_dlion_cuda.py                      # N = 1: pride vs lion-pytorch (Triton), fp32
+  python perf/bench_dlion_cuda.py --dtype bfloat16
+  python perf/bench_dlion_cuda.py --world 4            # 4 ranks sharing the GPU, pride only
+
+Reports, per configuration: step ms, the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
+(5 passes over the parameters at the copy bandwidth measured in the same run), and the extra device
+memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+
+
+def shapes_for(total, tensors, seed=0):
+    """--tensors sizes that add up to about --params, varied like a model's (a few large, many small)."""
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.rand(tensors, generator=g) ** 3 + 0.01
+    sizes = (weights / weights.sum() * total).long().clamp(min=1)
+    return [int(s) for s in sizes]
+
+
+def make_params(sizes, dtype, device, seed):
+    g = torch.Generator(device=device).manual_seed(seed)
+    params = [torch.nn.Parameter(torch.randn(s, device=device, dtype=torch.float32, generator=g).to(dtype)) for s in sizes]
+    for p in params:
+        p.grad = torch.randn(p.shape, device=device, generator=g).to(dtype)
+    return params
+
+
+def time_steps(step, steps, warmup):
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def copy_floor_ms(total_bytes, steps=10):
+    """Five passes over the parameter bytes (read p, g, m; write p, m) at the device-to-device copy rate."""
+    n = 1 << 28
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    ms = time_steps(lambda: b.copy_(a), steps, 2)
+    bandwidth = 2 * n / (ms * 1e-3)  # bytes read + written per second
+    return 5 * total_bytes / bandwidth * 1e3, bandwidth / 1e9
+
+
+def run_one(args, rank=0, world=1, store_path=None, out=None):
+    import pride
+    from pride.optim import DistributedLion
+    import torch.distributed as dist
+
+    torch.cuda.set_device(0)
+    dtype = getattr(torch, args.dtype)
+    if world > 1:
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group("pride", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=600))
+    sizes = shapes_for(int(args.params), args.tensors)
+    params = make_params(sizes, dtype, "cuda", seed=1 + rank)
+    opt = DistributedLion(params, lr=1e-4, weight_decay=0.1, mode=args.mode, bucket_mb=args.bucket_mb)
+    before = torch.cuda.memory_allocated()
+    pride_ms = time_steps(opt.step, args.steps, args.warmup)
+    param_bytes = sum(p.numel() for p in params) * params[0].element_size()
+    workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
+    bucket_bytes = (args.bucket_mb or 64.0) * (1 << 20)
+    row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
+               pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
+               memory_limit_bytes=param_bytes / 8 + bucket_bytes,
+               allocated_growth_bytes=torch.cuda.memory_allocated() - before)
+    if world == 1 and not args.no_baseline:
+        from lion_pytorch import Lion
+
+        ref_params = make_params(sizes, dtype, "cuda", seed=1)
+        ref = Lion(ref_params, lr=1e-4, weight_decay=0.1, use_triton=True)
+        row["lion_pytorch_triton_ms"] = time_steps(ref.step, args.steps, args.warmup)
+        row["ratio_to_triton"] = pride_ms / row["lion_pytorch_triton_ms"]
+        floor, bandwidth = copy_floor_ms(param_bytes)
+        row["hbm_floor_ms"] = floor
+        row["copy_GBps"] = bandwidth
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if out is not None:
+        out.put(row)
+    return row
+
+
+def _worker(args, rank, world, store_path, out):
+    try:
+        run_one(args, rank, world, store_path, out)
+    except BaseException as e:  # noqa: BLE001 - report to the parent
+        out.put(dict(rank=rank, error=repr(e)))
+        raise
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--params", type=float, default=350e6, help="parameters in total (default 350e6)")
+    parser.add_argument("--tensors", type=int, default=100, help="number of parameter tensors (default 100)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--mode", default="vote", choices=["vote", "mean"])
+    parser.add_argument("--world", type=int, default=1, help="ranks sharing the GPU (default 1)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--bucket-mb", type=float, default=None, help="DistributedLion bucket size (default: pride's)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip lion-pytorch (N = 1 only)")
+    parser.add_argument("--json", help="append the result rows to this file")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_dlion_cuda: no CUDA device")
+    if args.world == 1:
+        rows = [run_one(args)]
+    else:
+        ctx = torch.multiprocessing.get_context("spawn")
+        out = ctx.Queue()
+        with tempfile.TemporaryDirectory() as tmp:
+            store_path = os.path.join(tmp, "store")
+            procs = [ctx.Process(target=_worker, args=(args, r, args.world, store_path, out)) for r in range(args.world)]
+            for p in procs:
+                p.start()
+            rows = [out.get(timeout=900) for _ in procs]
+            for p in procs:
+                p.join()
+        errors = [r for r in rows if "error" in r]
+        if errors:
+            sys.exit(f"bench_dlion_cuda: ranks failed: {errors}")
+    rows.sort(key=lambda r: r["rank"])
+    slowest = max(r["pride_ms"] for r in rows)
+    r0 = rows[0]
+    print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
+          f"mode {r0['mode']}, {args.world} rank(s) on {torch.cuda.get_device_name()}")
+    print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps)")
+    if "lion_pytorch_triton_ms" in r0:
+        print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")
+        print(f"HBM floor (5 passes at {r0['copy_GBps']:.0f} GB/s copy): {r0['hbm_floor_ms']:.3f} ms")
+    print(f"extra device memory per rank: {r0['workspace_bytes'] / 2**20:.1f} MiB "
+          f"(limit 1/8 of parameters + one bucket: {r0['memory_limit_bytes'] / 2**20:.1f} MiB)")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(dict(r, command=" ".join(sys.argv))) + "\n")
+
+
+if __name__ == "__main__":
+    main()

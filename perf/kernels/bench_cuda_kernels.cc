@@ -1,0 +1,145 @@
+// Bandwidth of the CUDA bit kernels, each next to a device-to-device copy of the same bytes measured in
+// the same run (SPEC §5: kernels at >= 0.8x the HBM bandwidth of a same-size copy). --help lists the flags.
+//
+// Definitions (printed with the table):
+//   bytes     = every byte the kernel must move through device memory: each input read once and each
+//               output written once (pack: n*size read + n/8 written; lion_vote: g and m read, m written,
+//               plus the bits; apply: x read and written plus the bits; count: N planes in, the counter out).
+//   GB/s      = bytes / time.
+//   vs copy   = the kernel's GB/s over cudaMemcpy's device-to-device GB/s, which counts each copied byte
+//               twice (read and written) the same way.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/bits/cuda/kernels.h"
+
+namespace {
+
+using pride::bits::DType;
+namespace cuda = pride::bits::cuda;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "bench_cuda_kernels: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median of `reps` timed runs (CUDA events) after two warm-ups, in seconds.
+double median_seconds(const std::function<cudaError_t()>& run, int reps) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  check(run(), "warm-up");
+  check(run(), "warm-up");
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    check(cudaEventRecord(start), "record");
+    check(run(), "launch");
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void* device_random(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  // Random bytes, generated on the host once: timings must not run on zeros.
+  std::vector<uint32_t> host((bytes + 3) / 4);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (auto& v : host) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    v = uint32_t(s) & 0xBFFFFFFFu;  // finite values: clear the top exponent bit of float32 words
+  }
+  check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload");
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Bandwidth of pride's CUDA bit kernels next to a device-to-device copy of the same bytes"};
+  size_t n = size_t(1) << 28;
+  int reps = 20;
+  std::string dtype_name = "float32";
+  int nranks = 4;
+  app.add_option("-n,--elements", n, "elements per tensor (default 2^28)");
+  app.add_option("-r,--reps", reps, "timed repetitions per kernel (median reported)");
+  app.add_option("-d,--dtype", dtype_name, "float32 | bfloat16 | float16")->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("-N,--ranks", nranks, "vote planes the count kernel adds (ranks)")->check(CLI::Range(1, cuda::kMaxCountPlanes));
+  CLI11_PARSE(app, argc, argv);
+
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "bench_cuda_kernels: no CUDA device\n");
+    return 1;
+  }
+  const DType dtype = dtype_name == "float32" ? DType::kFloat32 : dtype_name == "bfloat16" ? DType::kBFloat16 : DType::kFloat16;
+  const size_t es = pride::bits::dtype_size(dtype), W = pride::bits::words_for(n);
+  const size_t tensor_bytes = n * es, plane_bytes = W * 8;
+  void* x = device_random(tensor_bytes);
+  void* y = device_random(tensor_bytes);
+  void* m = device_random(tensor_bytes);
+  auto* pos = static_cast<uint64_t*>(device_random(plane_bytes));
+  auto* neg = static_cast<uint64_t*>(device_random(plane_bytes));
+  auto* tie = static_cast<uint64_t*>(device_random(plane_bytes));
+  std::vector<uint64_t*> ballots;
+  for (int k = 0; k < nranks; ++k) ballots.push_back(static_cast<uint64_t*>(device_random(plane_bytes / size_t(nranks) + 8)));
+  const int count_planes = pride::bits::planes_for(nranks);
+  auto* counter = static_cast<uint64_t*>(device_random(size_t(count_planes) * plane_bytes / size_t(nranks) + 8));
+  const size_t chunk_words = W / size_t(nranks);  // the owner counts its chunk of the planes
+
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  const double copy_s = median_seconds([&] { return cudaMemcpyAsync(y, x, tensor_bytes, cudaMemcpyDeviceToDevice); }, reps);
+  const double copy_gbs = 2.0 * double(tensor_bytes) / copy_s * 1e-9;
+  std::printf("# %s, %s, n = %zu elements (%.1f MiB), median of %d\n", prop.name, dtype_name.c_str(), n,
+              double(tensor_bytes) / (1 << 20), reps);
+  std::printf("# device-to-device copy of %.1f MiB: %.3f ms, %.0f GB/s (read + written)\n",
+              double(tensor_bytes) / (1 << 20), copy_s * 1e3, copy_gbs);
+  std::printf("%-28s %10s %12s %10s %8s\n", "kernel", "time ms", "bytes MiB", "GB/s", "vs copy");
+
+  struct Row {
+    std::string name;
+    double bytes;
+    std::function<cudaError_t()> run;
+  };
+  const double tb = double(tensor_bytes), pb = double(plane_bytes);
+  std::vector<Row> rows = {
+      {"pack_binary", tb + pb, [&] { return cuda::pack_binary(x, dtype, n, pos, nullptr); }},
+      {"pack_ternary", tb + 2 * pb, [&] { return cuda::pack_ternary(x, dtype, n, pos, neg, nullptr); }},
+      {"unpack_vote (+tie)", tb + 2 * pb, [&] { return cuda::unpack_vote(pos, tie, n, y, dtype, nullptr); }},
+      {"unpack_mean (3 planes)", tb + 3 * pb, [&] { return cuda::unpack_mean(pos, 3, n / 4, 2, 4, 4, y, dtype, nullptr); }},
+      {"apply_vote (+tie)", 2 * tb + 2 * pb, [&] { return cuda::apply_vote(y, dtype, n, pos, tie, 1e-4, 0.1, nullptr); }},
+      {"lion_vote (binary)", 3 * tb + pb, [&] { return cuda::lion_vote(x, m, dtype, n, 0.9, 0.99, pos, nullptr, nullptr); }},
+      {"lion_vote (ternary)", 3 * tb + 2 * pb, [&] { return cuda::lion_vote(x, m, dtype, n, 0.9, 0.99, pos, neg, nullptr); }},
+      {"count_planes (N planes)", double(nranks + count_planes) * double(chunk_words) * 8,
+       [&] {
+         std::vector<const uint64_t*> b(ballots.begin(), ballots.end());
+         return cuda::count_planes(b.data(), nranks, chunk_words, counter, count_planes, nullptr);
+       }},
+  };
+  // unpack_mean runs on n/4 elements (its three planes must fit the one-plane buffer): scale its bytes.
+  rows[3].bytes = (tb + 3 * pb) / 4;
+  for (const Row& r : rows) {
+    const double s = median_seconds(r.run, reps);
+    const double gbs = r.bytes / s * 1e-9;
+    std::printf("%-28s %10.3f %12.1f %10.0f %8.2f\n", r.name.c_str(), s * 1e3, r.bytes / (1 << 20), gbs, gbs / copy_gbs);
+  }
+  return 0;
+}

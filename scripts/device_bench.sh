@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU benchmarks (docs/performance.md, "GPU"): the CUDA kernels against a device-to-device copy, and
+# DistributedLion.step() on 350M parameters against lion-pytorch's Triton Lion (N = 1) and with 4 ranks
+# sharing the GPU. Run by scripts/device_test.sh --bench after a build; on its own:
+#
+#   bash scripts/device_bench.sh [--out DIR] [--build-dir build/device] [--quick]
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+RESULTS="${OUT:-$ROOT/build/device-results}"
+BUILD="${PRIDE_DEVICE_BUILD:-build/device}"
+PARAMS=350e6
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) RESULTS="$2"; shift 2 ;;
+    --build-dir) BUILD="$2"; shift 2 ;;
+    --quick) PARAMS=20e6; shift ;;
+    -h|--help) sed -n 2,7p "$0"; exit 0 ;;
+    *) echo "device_bench: unknown option $1 (see --help)"; exit 2 ;;
+  esac
+done
+PY="${PRIDE_PY:-python3}"
+mkdir -p "$RESULTS"
+status=0
+run() { echo; echo "\$ $*"; "$@" || status=1; }
+run "$BUILD/perf/kernels/bench_cuda_kernels" -d float32
+run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --json "$RESULTS/dlion.jsonl"
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --json "$RESULTS/dlion.jsonl"
+exit $status

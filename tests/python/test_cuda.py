@@ -1,0 +1,257 @@
+"""CUDA tensors end to end (SPEC §2, §3): sign-allreduce on the GPU against the int32 oracle, CUDA stream
+semantics, the standard collectives on CUDA tensors, DistributedLion on CUDA parameters against the
+CPU step (itself tested against plain Lion and the oracle). Ranks share the one GPU when there is one.
+
+Marked gpu: scripts/device_test.sh runs them on the GPU machine; elsewhere they skip.
+"""
+
+import pytest
+import torch
+
+from distributed_harness import init_group, run
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine"),
+]
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _inputs(world_size, numel, dtype, seed):
+    """Every rank's input, the same on every rank: ordinary values mixed with ±0, NaN and ±inf."""
+    g = torch.Generator().manual_seed(seed)
+    xs = []
+    for _ in range(world_size):
+        x = torch.randn(numel, generator=g)
+        special = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf")])
+        pick = torch.randint(0, 12, (numel,), generator=g)
+        x = torch.where(pick < 5, special[pick.clamp(max=4)], x)
+        xs.append(x.to(dtype))
+    return xs
+
+
+def _oracle(xs, mode, votes, dtype):
+    """The int32 sum of the ranks' ±1 (or 0) votes, then sign or s/N (SPEC §2), computed plainly on the CPU."""
+    n = len(xs)
+    s = torch.zeros(xs[0].numel(), dtype=torch.int32)
+    for x in xs:
+        xf = x.float()
+        if votes == "binary":
+            s += torch.where(xf > 0, 1, -1).int()
+        else:
+            s += (xf > 0).int() - (xf < 0).int()
+    if mode == "vote":
+        return torch.sign(s).to(dtype)
+    return (s.float() / float(n)).to(dtype)
+
+
+def _same_bits(a, b):
+    return torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
+                       b.view(torch.int16 if b.element_size() == 2 else torch.int32))
+
+
+def _sign_sweep(rank, world_size, store_path, algorithm):
+    import pride
+
+    init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    for numel in (1, 1000, 65 * 64 + 3, 300_001):
+        for dtype in DTYPES:
+            for mode in ("vote", "mean"):
+                for votes in ("binary", "ternary"):
+                    seed = numel * 7 + DTYPES.index(dtype) * 3 + (mode == "mean") * 11 + (votes == "ternary")
+                    xs = _inputs(world_size, numel, dtype, seed)
+                    x = xs[rank].cuda()
+                    pride.sign_allreduce(x, mode=mode, votes=votes)
+                    want = _oracle(xs, mode, votes, dtype)
+                    got = x.cpu()
+                    assert _same_bits(got, want), (
+                        f"rank {rank} {algorithm} {mode} {votes} {dtype} numel {numel}: "
+                        f"{(got.float() != want.float()).sum().item()} elements differ from the oracle")
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "direct", "allgather"])
+def test_sign_allreduce_on_cuda_matches_the_oracle_4ranks(algorithm):
+    run(_sign_sweep, 4, algorithm, env={"PRIDE_ALGO": algorithm}, deadline_s=300)
+
+
+def test_sign_allreduce_on_cuda_one_rank():
+    run(_sign_sweep, 1, "auto", deadline_s=300)
+
+
+def _stream_semantics(rank, world_size, store_path):
+    import pride
+
+    init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    n = 1 << 24
+    # Ordering: a long kernel runs before the write the collective must see. Nothing synchronizes.
+    x = torch.full((n,), -1.0, device="cuda")
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU time on the current stream
+    x.fill_(1.0)
+    pride.sign_allreduce(x)
+    assert torch.equal(x.cpu(), torch.ones(n)), f"rank {rank}: the collective did not wait for the caller's stream"
+
+    # Wait semantics: a kernel queued after work.wait() on the current stream reads the result.
+    for trial in range(3):
+        value = -1.0 if trial % 2 == 0 else 1.0
+        y = torch.full((n,), value, device="cuda")
+        work = pride.sign_allreduce(y, async_op=True)
+        work.wait()
+        doubled = y * 2
+        assert torch.equal(doubled.cpu(), torch.full((n,), 2 * value)), f"rank {rank}: read before the result was there"
+
+    # A side stream as the caller's current stream works the same way.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        z = torch.full((4096,), -3.0, device="cuda")
+        pride.sign_allreduce(z, mode="mean")
+        assert torch.equal(z.cpu(), torch.full((4096,), -1.0))
+
+    # The Future of a CUDA work orders the waiter's stream too.
+    w = torch.full((n,), 5.0, device="cuda")
+    fut = pride.sign_allreduce(w, async_op=True).get_future()
+    fut.wait()
+    assert torch.equal((w + 1).cpu(), torch.full((n,), 2.0))
+
+
+def test_cuda_stream_semantics_2ranks():
+    run(_stream_semantics, 2, deadline_s=240)
+
+
+def _standard_collectives(rank, world_size, store_path):
+    import torch.distributed as dist
+
+    init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    n = 1000
+    base = torch.arange(n, dtype=torch.float32, device=dev)
+
+    t = base + rank
+    dist.all_reduce(t)
+    assert torch.equal(t.cpu(), (base * world_size + sum(range(world_size))).cpu())
+
+    t = (base + rank).to(torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert torch.equal(t.cpu(), (base + world_size - 1).to(torch.int64).cpu())
+
+    t = base + rank if rank == 1 else torch.zeros(n, device=dev)
+    dist.broadcast(t, src=1)
+    assert torch.equal(t.cpu(), (base + 1).cpu())
+
+    outs = [torch.empty(n, device=dev) for _ in range(world_size)]
+    dist.all_gather(outs, base + rank)
+    for r, o in enumerate(outs):
+        assert torch.equal(o.cpu(), (base + r).cpu())
+
+    flat = torch.empty(world_size * n, device=dev)
+    dist.all_gather_into_tensor(flat, base + rank)
+    assert torch.equal(flat.view(world_size, n).cpu(), torch.stack([base.cpu() + r for r in range(world_size)]))
+
+    out = torch.empty(n, device=dev)
+    dist.reduce_scatter_tensor(out, torch.cat([base + rank + 10 * r for r in range(world_size)]))
+    want = sum(base.cpu() + q + 10 * rank for q in range(world_size))
+    assert torch.equal(out.cpu(), want)
+
+    send = torch.arange(world_size * 4, dtype=torch.float32, device=dev) + 100 * rank
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send)
+    want = torch.cat([torch.arange(4) + 4 * rank + 100 * r for r in range(world_size)]).float()
+    assert torch.equal(recv.cpu(), want)
+
+    peer = (rank + 1) % world_size
+    src = (rank - 1) % world_size
+    msg = torch.full((n,), float(rank), device=dev)
+    got = torch.empty(n, device=dev)
+    reqs = [dist.isend(msg, peer), dist.irecv(got, src)]
+    for r in reqs:
+        r.wait()
+    assert torch.equal(got.cpu(), torch.full((n,), float(src)))
+
+    dist.barrier()
+
+
+def test_standard_collectives_on_cuda_tensors_3ranks():
+    run(_standard_collectives, 3, deadline_s=240)
+
+
+def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes):
+    import torch.distributed as dist
+
+    from pride.optim import DistributedLion
+
+    if world_size > 1:
+        init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    g = torch.Generator().manual_seed(1234)
+    shapes = [(3,), (64,), (65, 7), (1000, 33), (70_000,), (5,)]
+    params_cpu = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    params_gpu = [p.clone().cuda() for p in params_cpu]
+    params_cpu = [torch.nn.Parameter(p) for p in params_cpu]
+    params_gpu = [torch.nn.Parameter(p) for p in params_gpu]
+    kw = dict(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, mode=mode, votes=votes)
+    opt_cpu = DistributedLion(params_cpu, **kw)
+    opt_gpu = DistributedLion(params_gpu, bucket_mb=0.1, **kw)  # several buckets
+    rank_gen = torch.Generator().manual_seed(99 + rank)
+    for step in range(6):
+        for pc, pg in zip(params_cpu, params_gpu):
+            grad = torch.randn(pc.shape, generator=rank_gen).to(dtype)
+            if step == 2:
+                grad[..., :1] = 0.0  # exact zeros take part too
+            pc.grad = grad
+            pg.grad = grad.cuda()
+        opt_cpu.step()
+        opt_gpu.step()
+        for i, (pc, pg) in enumerate(zip(params_cpu, params_gpu)):
+            assert _same_bits(pc.detach(), pg.detach().cpu()), f"rank {rank} step {step} tensor {i}: parameters differ"
+            mc, mg = opt_cpu.state[pc]["exp_avg"], opt_gpu.state[pg]["exp_avg"]
+            assert _same_bits(mc, mg.cpu()), f"rank {rank} step {step} tensor {i}: momentum differs"
+    if world_size > 1:
+        # Replicas identical: every rank's parameters equal rank 0's.
+        flat = torch.cat([p.detach().float().reshape(-1).cpu() for p in params_gpu])
+        gathered = [torch.empty_like(flat) for _ in range(world_size)]
+        dist.all_gather(gathered, flat)
+        for r, other in enumerate(gathered):
+            assert torch.equal(other.view(torch.int32), flat.view(torch.int32)), f"replica {r} differs from rank {rank}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("vote", "ternary"), ("mean", "binary"), ("mean", "ternary")])
+def test_distributed_lion_cuda_equals_the_cpu_step_one_process(dtype, mode, votes):
+    _lion_cpu_vs_cuda(0, 1, None, dtype, mode, votes)
+
+
+@pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("mean", "ternary")])
+def test_distributed_lion_cuda_equals_the_cpu_step_4ranks(mode, votes):
+    run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, deadline_s=300)
+    run(_lion_cpu_vs_cuda, 4, torch.bfloat16, mode, votes, deadline_s=300)
+
+
+def _global_mode(rank, world_size, store_path):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    g = torch.Generator().manual_seed(5)
+    p0 = torch.randn(10_000, generator=g)
+    pc, pg = torch.nn.Parameter(p0.clone()), torch.nn.Parameter(p0.clone().cuda())
+    oc, og = DistributedLion([pc], lr=1e-3, mode="global"), DistributedLion([pg], lr=1e-3, mode="global")
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        grad = torch.randint(-4, 5, (10_000,), generator=gen).float()  # exact sums in any reduction order
+        pc.grad, pg.grad = grad, grad.cuda()
+        oc.step()
+        og.step()
+    assert torch.equal(pc.detach(), pg.detach().cpu()), f"rank {rank}: G-Lion on CUDA differs from the CPU step"
+
+
+def test_global_mode_on_cuda_matches_cpu_2ranks():
+    run(_global_mode, 2, deadline_s=240)
+
+
+def test_cuda_support_is_compiled_in():
+    import pride
+
+    assert pride._C.cuda_supported(), "this build of pride was made without CUDA support on a machine with a GPU"

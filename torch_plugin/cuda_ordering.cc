@@ -1,0 +1,69 @@
+#include "torch_plugin/cuda_ordering.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+namespace pride::torch_plugin {
+
+CudaOrdering::CudaOrdering(c10::Device device, c10::cuda::CUDAStream internal)
+    : device_(device), internal_(internal) {
+  c10::cuda::CUDAGuard guard(device_);
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(ready_, c10::cuda::getCurrentCUDAStream(device_.index()).stream()));
+}
+
+CudaOrdering::~CudaOrdering() {
+  c10::cuda::CUDAGuard guard(device_);
+  // Destroying a recorded event is safe: CUDA releases it once the stream has passed it.
+  if (ready_) cudaEventDestroy(ready_);
+  if (end_) cudaEventDestroy(end_);
+}
+
+void CudaOrdering::use_on_internal_stream(const at::Tensor& t) {
+  if (t.defined() && t.is_cuda() && t.storage().data_ptr().get() != nullptr) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), internal_);
+  }
+}
+
+void CudaOrdering::enter() {
+  c10::cuda::CUDAGuard guard(device_);
+  C10_CUDA_CHECK(cudaStreamWaitEvent(internal_.stream(), ready_, 0));
+}
+
+void CudaOrdering::finish() {
+  c10::cuda::CUDAGuard guard(device_);
+  C10_CUDA_CHECK(cudaEventRecord(end_, internal_.stream()));
+  finished_.store(true, std::memory_order_release);
+}
+
+void CudaOrdering::wait_finished_on_host() {
+  if (finished_.load(std::memory_order_acquire)) C10_CUDA_CHECK(cudaEventSynchronize(end_));
+}
+
+void CudaOrdering::block_current_stream() {
+  // A failed operation never recorded its end; there is nothing to wait for on the device then.
+  if (!finished_.load(std::memory_order_acquire)) return;
+  c10::cuda::CUDAGuard guard(device_);
+  C10_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_.index()).stream(), end_, 0));
+}
+
+bool CudaOrdering::done() {
+  if (!finished_.load(std::memory_order_acquire)) return false;
+  c10::cuda::CUDAGuard guard(device_);
+  const cudaError_t status = cudaEventQuery(end_);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: clear it
+    return false;
+  }
+  C10_CUDA_CHECK(status);
+  return true;
+}
+
+void CudaOrdering::run_on_stream(const std::function<void()>& fn) {
+  c10::cuda::CUDAStreamGuard guard(internal_);
+  fn();
+}
+
+}  // namespace pride::torch_plugin

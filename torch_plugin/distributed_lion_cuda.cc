@@ -1,0 +1,245 @@
+#include "torch_plugin/distributed_lion_cuda.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+
+#include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/cuda/tensor_slices.h"
+#include "torch_plugin/pride_backend.h"
+#include "torch_plugin/tensor_types.h"
+
+namespace pride::torch_plugin {
+
+struct CudaLionWorkspace::Buffers {
+  at::Tensor votes, planes;              // device, int64 words: every bucket's vote and result planes
+  at::Tensor votes_host, planes_host;    // pinned twins (only with a group)
+  at::Tensor slices_host, slices;        // the slice tables, pinned and on the device
+  cudaEvent_t last_use = nullptr;        // the end of the last step's use of the pinned buffers
+  std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
+  c10::DeviceIndex device = -1;
+
+  ~Buffers() {
+    if (device < 0) return;
+    c10::cuda::CUDAGuard guard(device);
+    if (last_use) cudaEventSynchronize(last_use);
+    if (last_use) cudaEventDestroy(last_use);
+    for (cudaEvent_t e : packed) cudaEventDestroy(e);
+  }
+};
+
+CudaLionWorkspace::CudaLionWorkspace() : buffers_(std::make_unique<Buffers>()) {}
+CudaLionWorkspace::~CudaLionWorkspace() = default;
+
+int64_t CudaLionWorkspace::device_bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor* t : {&buffers_->votes, &buffers_->planes, &buffers_->slices}) {
+    if (t->defined()) bytes += t->numel() * t->element_size();
+  }
+  return bytes;
+}
+
+namespace {
+
+using bits::cuda::TensorSlice;
+constexpr size_t kWord = 64;
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+uint64_t* words_of(const at::Tensor& t) { return reinterpret_cast<uint64_t*>(t.data_ptr<int64_t>()); }
+
+// At least `words` int64 words in `t` (grown, never shrunk).
+void ensure_words(at::Tensor& t, size_t words, const at::TensorOptions& options) {
+  if (!t.defined() || size_t(t.numel()) < words) t = at::empty({int64_t(std::max<size_t>(words, 1))}, options);
+}
+
+void check_launch(cudaError_t status, const char* what) {
+  TORCH_CHECK(status == cudaSuccess, "pride DistributedLion: ", what, " failed: ", cudaGetErrorString(status));
+}
+
+void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                   const std::vector<at::Tensor>& momenta) {
+  TORCH_CHECK_VALUE(params.size() == grads.size() && params.size() == momenta.size(), "pride DistributedLion: ",
+                    params.size(), " parameters, ", grads.size(), " gradients and ", momenta.size(),
+                    " momentum buffers");
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (const at::Tensor* t : {&params[i], &grads[i], &momenta[i]}) {
+      TORCH_CHECK_VALUE(t->is_cuda() && t->device() == params[0].device(),
+                        "pride DistributedLion: every tensor of a step must be on ", params[0].device(), ", got ",
+                        t->device());
+      TORCH_CHECK_VALUE(t->is_contiguous(), "pride DistributedLion: tensors must be contiguous");
+      TORCH_CHECK_TYPE(t->scalar_type() == params[0].scalar_type(), "pride DistributedLion: one dtype per call, got ",
+                       params[0].scalar_type(), " and ", t->scalar_type());
+      TORCH_CHECK_VALUE(t->numel() == params[i].numel(), "pride DistributedLion: parameter ", i, " has ",
+                        params[i].numel(), " elements, its gradient or momentum ", t->numel());
+    }
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+struct BucketPlan {
+  size_t begin = 0, size = 0, nwords = 0;
+  size_t vote_offset = 0, plane_offset = 0;  // in words, into the votes / planes buffers
+  size_t first_slice = 0, nslices = 0;       // into each of the two slice tables
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+// The result planes of one rank's own votes, decided on the device (SignPlan::finalize with N = 1).
+void finalize_one_rank(const SignPlan& plan, const uint64_t* votes, size_t nwords, uint64_t* planes,
+                       cudaStream_t stream) {
+  const uint64_t* neg = votes + nwords;
+  if (plan.mode == SignMode::kVote) {
+    uint64_t* tie = plan.result_planes == 2 ? planes + nwords : nullptr;
+    check_launch(plan.kind == VoteKind::kBinary
+                     ? bits::cuda::vote_from_count(votes, 1, nwords, 1, planes, tie, stream)
+                     : bits::cuda::vote_from_counts(votes, neg, 1, nwords, planes, tie, stream),
+                 "vote threshold");
+  } else if (plan.kind == VoteKind::kBinary) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(planes, votes, nwords * 8, cudaMemcpyDeviceToDevice, stream));
+    if (plan.result_planes > 1) {
+      C10_CUDA_CHECK(cudaMemsetAsync(planes + nwords, 0, size_t(plan.result_planes - 1) * nwords * 8, stream));
+    }
+  } else {
+    check_launch(bits::cuda::counter_signed_offset(votes, neg, 1, nwords, 1, planes, plan.result_planes, stream),
+                 "mean offset");
+  }
+}
+
+}  // namespace
+
+void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
+                                const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                                const std::vector<at::Tensor>& momenta, const LionHyper& hyper,
+                                const SignOptions& options, size_t bucket_elements) {
+  check_tensors(params, grads, momenta);
+  if (params.empty()) return;
+  const c10::Device device = params[0].device();
+  c10::cuda::CUDAGuard device_guard(device);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "DistributedLion");
+  const size_t elem = bits::dtype_size(dtype);
+  const SignPlan plan = SignPlan::make(backend ? backend->getSize() : 1, options.mode, options.votes);
+  CudaLionWorkspace::Buffers& ws = workspace.buffers();
+  TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride DistributedLion: a workspace serves one device");
+  ws.device = device.index();
+  if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));  // the last step is done with the pinned buffers
+
+  // Layout: every tensor starts on a word of the flat index space; buckets are word-aligned ranges.
+  std::vector<size_t> starts;
+  size_t total = 0;
+  for (const auto& p : params) {
+    starts.push_back(total);
+    total += round_up(size_t(p.numel()), kWord);
+  }
+  if (total == 0) return;
+  bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
+
+  // Buckets and their slices (pieces of at most kSliceElements, words relative to the bucket).
+  std::vector<BucketPlan> buckets;
+  std::vector<TensorSlice> lion_slices, apply_slices;
+  size_t vote_words = 0, plane_words = 0;
+  for (size_t begin = 0; begin < total; begin += bucket_elements) {
+    BucketPlan b;
+    b.begin = begin;
+    b.size = std::min(bucket_elements, total - begin);
+    b.nwords = bits::words_for(b.size);
+    b.vote_offset = vote_words;
+    b.plane_offset = plane_words;
+    vote_words += size_t(plan.counters) * b.nwords;
+    plane_words += size_t(plan.result_planes) * b.nwords;
+    b.first_slice = lion_slices.size();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const size_t lo = std::max(begin, starts[i]), hi = std::min(begin + b.size, starts[i] + size_t(params[i].numel()));
+      for (size_t flat = lo; flat < hi; flat += bits::cuda::kSliceElements) {
+        const size_t offset = flat - starts[i], count = std::min<size_t>(bits::cuda::kSliceElements, hi - flat);
+        const char* g = static_cast<const char*>(grads[i].data_ptr()) + offset * elem;
+        char* m = static_cast<char*>(momenta[i].data_ptr()) + offset * elem;
+        char* x = static_cast<char*>(params[i].data_ptr()) + offset * elem;
+        const uint64_t word = (flat - begin) / kWord;
+        lion_slices.push_back({g, m, word, uint32_t(count), uint32_t(aligned16(g) && aligned16(m))});
+        apply_slices.push_back({nullptr, x, word, uint32_t(count), uint32_t(aligned16(x))});
+      }
+    }
+    b.nslices = lion_slices.size() - b.first_slice;
+    buckets.push_back(std::move(b));
+  }
+
+  // Buffers, reused from the last step when large enough.
+  const auto on_device = params[0].options().dtype(at::kLong);
+  const auto pinned = at::TensorOptions().dtype(at::kLong).device(at::kCPU).pinned_memory(true);
+  ensure_words(ws.votes, vote_words, on_device);
+  ensure_words(ws.planes, plane_words, on_device);
+  if (backend != nullptr) {
+    ensure_words(ws.votes_host, vote_words, pinned);
+    ensure_words(ws.planes_host, plane_words, pinned);
+  }
+  const size_t table_bytes = 2 * lion_slices.size() * sizeof(TensorSlice);
+  ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, pinned);
+  ensure_words(ws.slices, round_up(table_bytes, 8) / 8, on_device);
+  auto* table_host = reinterpret_cast<TensorSlice*>(ws.slices_host.data_ptr<int64_t>());
+  std::copy(lion_slices.begin(), lion_slices.end(), table_host);
+  std::copy(apply_slices.begin(), apply_slices.end(), table_host + lion_slices.size());
+  C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), table_host, table_bytes, cudaMemcpyHostToDevice, stream));
+  const auto* lion_table = reinterpret_cast<const TensorSlice*>(ws.slices.data_ptr<int64_t>());
+  const TensorSlice* apply_table = lion_table + lion_slices.size();
+  while (ws.packed.size() < buckets.size()) {
+    cudaEvent_t e;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    ws.packed.push_back(e);
+  }
+
+  // 1 and 2: pack each bucket on the GPU; with a group, send its bits to the worker as soon as they are on the host.
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    BucketPlan& b = buckets[k];
+    uint64_t* votes = words_of(ws.votes) + b.vote_offset;
+    check_launch(bits::cuda::lion_vote_slices(lion_table + b.first_slice, b.nslices, dtype, hyper.beta1, hyper.beta2,
+                                              votes, plan.counters == 2 ? votes + b.nwords : nullptr, stream),
+                 "lion_vote");
+    uint64_t* planes = words_of(ws.planes) + b.plane_offset;
+    if (backend == nullptr) {
+      finalize_one_rank(plan, votes, b.nwords, planes, stream);
+      continue;
+    }
+    uint64_t* votes_host = words_of(ws.votes_host) + b.vote_offset;
+    uint64_t* planes_host = words_of(ws.planes_host) + b.plane_offset;
+    C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, votes, size_t(plan.counters) * b.nwords * 8, cudaMemcpyDeviceToHost,
+                                   stream));
+    cudaEvent_t packed = ws.packed[k];
+    C10_CUDA_CHECK(cudaEventRecord(packed, stream));
+    const size_t size = b.size;
+    b.work = backend->run_on_worker("pride:distributed_lion", {}, [packed, votes_host, planes_host, size,
+                                                                   options](Communicator& comm) {
+      C10_CUDA_CHECK(cudaEventSynchronize(packed));
+      sign_allreduce_planes(comm, votes_host, size, options, 0x11, planes_host);
+    });
+  }
+
+  // 3: apply each bucket's result as it arrives.
+  for (BucketPlan& b : buckets) {
+    uint64_t* planes = words_of(ws.planes) + b.plane_offset;
+    if (b.work) {
+      b.work->wait();  // rethrows the engine's error
+      C10_CUDA_CHECK(cudaMemcpyAsync(planes, words_of(ws.planes_host) + b.plane_offset,
+                                     size_t(plan.result_planes) * b.nwords * 8, cudaMemcpyHostToDevice, stream));
+    }
+    if (plan.mode == SignMode::kVote) {
+      check_launch(bits::cuda::apply_vote_slices(apply_table + b.first_slice, b.nslices, dtype, planes,
+                                                 plan.has_tie_plane() ? planes + b.nwords : nullptr, hyper.lr,
+                                                 hyper.weight_decay, stream),
+                   "apply_vote");
+    } else {
+      check_launch(bits::cuda::apply_mean_slices(apply_table + b.first_slice, b.nslices, dtype, planes,
+                                                 plan.result_planes, b.nwords, plan.mean_scale, plan.mean_offset,
+                                                 plan.nranks, hyper.lr, hyper.weight_decay, stream),
+                   "apply_mean");
+    }
+  }
+  if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(ws.last_use, stream));
+}
+
+}  // namespace pride::torch_plugin

@@ -1,0 +1,45 @@
+// Distributed Lion's step on CUDA parameters (the CPU step is distributed_lion.h; same layout, same
+// bits). Per bucket of the flat index space:
+//   1. local update + pack: one launch over every tensor piece of the bucket (tensor_slices.h) reads
+//      g and m, writes m and the vote bits, on the caller's current stream;
+//   2. vote: the packed bits (1/32 of float32) go to pinned host memory and the group's worker runs
+//      the host sign-allreduce on them while the GPU packs the next bucket;
+//   3. apply: the result planes come back and one launch applies x ← x·(1 − lr·λ) − lr·Δ.
+// A world of one (no group, or G-Lion's local step) never leaves the GPU: the planes are decided on
+// the device. The workspace keeps the device and pinned buffers from step to step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "collectives/engine/sign/sign_allreduce.h"
+#include "torch_plugin/distributed_lion.h"
+
+namespace pride::torch_plugin {
+
+class PrideBackend;
+
+// Buffers one optimizer reuses across steps (one per device and dtype). Opaque to Python.
+class CudaLionWorkspace {
+ public:
+  CudaLionWorkspace();
+  ~CudaLionWorkspace();
+  CudaLionWorkspace(const CudaLionWorkspace&) = delete;
+  CudaLionWorkspace& operator=(const CudaLionWorkspace&) = delete;
+  struct Buffers;
+  Buffers& buffers() { return *buffers_; }
+  // Device bytes held (votes, result planes, slice tables), for the memory benchmark.
+  int64_t device_bytes() const;
+
+ private:
+  std::unique_ptr<Buffers> buffers_;
+};
+
+void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
+                                const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                                const std::vector<at::Tensor>& momenta, const LionHyper& hyper,
+                                const SignOptions& options, size_t bucket_elements);
+
+}  // namespace pride::torch_plugin
