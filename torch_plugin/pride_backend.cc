@@ -263,20 +263,31 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const c
   return enqueue(type, name, {tensor}, std::move(task), std::move(device));
 }
 
+// One dense tensor, on the CPU or (built with CUDA) a CUDA device: post_p2p stages CUDA tensors.
+void check_p2p_tensor(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "pride ", what, ": expected exactly one tensor, got ", tensors.size());
+  const at::Tensor& t = tensors[0];
+  if (t.defined() && t.is_cuda()) {
+    TORCH_CHECK_VALUE(t.layout() == at::kStrided, "pride ", what, ": expected a dense tensor, got layout ", t.layout());
+    return;
+  }
+  check_cpu_tensor(t, what);
+}
+
 c10::intrusive_ptr<c10d::Work> PrideBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  check_single_tensor(tensors, "send");
+  check_p2p_tensor(tensors, "send");
   check_root(dst, getSize(), "send");
   return post_p2p(c10d::OpType::SEND, "send", tensors[0], dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  check_single_tensor(tensors, "recv");
+  check_p2p_tensor(tensors, "recv");
   check_root(src, getSize(), "recv");
   return post_p2p(c10d::OpType::RECV, "recv", tensors[0], src, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  check_single_tensor(tensors, "recv");
+  check_p2p_tensor(tensors, "recv");
   return post_p2p(c10d::OpType::RECVANYSOURCE, "recv", tensors[0], Transport::kAnyPeer, tag);
 }
 

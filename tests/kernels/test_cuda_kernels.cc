@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/bits/cuda/kernels.h"
@@ -65,6 +66,19 @@ void finish(cudaError_t launched) {
   ASSERT_EQ(launched, cudaSuccess) << cudaGetErrorString(launched);
   const cudaError_t done = cudaDeviceSynchronize();
   ASSERT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+}
+
+// Element-wise equality of two dtype buffers: the same bits, or NaN in both. NaN payloads are not
+// compared: GPU float arithmetic returns the canonical NaN where the CPU keeps the operand's payload
+// (torch on the two devices differs the same way); every other value must match bit for bit.
+void expect_same_elements(DType dtype, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
+                          const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  const size_t n = want.size() / dtype_size(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    expect_same_value(dtype, want.data(), got.data(), i, what.c_str());
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 const std::vector<size_t>& gpu_lengths() {
@@ -154,7 +168,7 @@ TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
         apply_vote(want.data(), dtype, n, pos.data(), tie.data(), 3e-4, wd);
         DeviceBuffer dx(x0, offset(dtype)), dpos(pos), dtie(tie);
         finish(cuda::apply_vote(dx.get(), dtype, n, dpos.words(), dtie.words(), 3e-4, wd, nullptr));
-        EXPECT_EQ(dx.read<uint8_t>(want.size()), want) << "apply_vote " << dtype_name(dtype) << " n=" << n;
+        expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()), "apply_vote n=" + std::to_string(n));
       }
       const int64_t nranks = 5;
       const int planes = planes_for(nranks);
@@ -163,7 +177,7 @@ TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
       apply_mean(want.data(), dtype, n, count.data(), planes, 2, nranks, nranks, 1e-3, 0.01);
       DeviceBuffer dx(x0, offset(dtype)), dc(count);
       finish(cuda::apply_mean(dx.get(), dtype, n, dc.words(), planes, 2, nranks, nranks, 1e-3, 0.01, nullptr));
-      EXPECT_EQ(dx.read<uint8_t>(want.size()), want) << "apply_mean " << dtype_name(dtype) << " n=" << n;
+      expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()), "apply_mean n=" + std::to_string(n));
     }
   }
 }
@@ -179,7 +193,7 @@ TEST_P(CudaKernels, LionVoteMatchesTheCpu) {
       lion_vote(g.data(), m.data(), dtype, n, 0.9, 0.99, pos.data(), neg.data());
       DeviceBuffer dg(g, offset(dtype)), dm(m0, offset(dtype)), dpos(nullptr, W * 8), dneg(nullptr, W * 8);
       finish(cuda::lion_vote(dg.get(), dm.get(), dtype, n, 0.9, 0.99, dpos.words(), dneg.words(), nullptr));
-      EXPECT_EQ(dm.read<uint8_t>(m.size()), m) << dtype_name(dtype) << " n=" << n;
+      expect_same_elements(dtype, m, dm.read<uint8_t>(m.size()), "lion_vote momentum n=" + std::to_string(n));
       EXPECT_EQ(dpos.read<uint64_t>(W), pos) << dtype_name(dtype) << " n=" << n;
       EXPECT_EQ(dneg.read<uint64_t>(W), neg) << dtype_name(dtype) << " n=" << n;
     }
@@ -294,7 +308,7 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
       auto mi = m[i];
       std::vector<uint64_t> p(nw), q(nw);
       lion_vote(g[i].data(), mi.data(), dtype, n, 0.9, 0.99, p.data(), q.data());
-      EXPECT_EQ(dm[i]->read<uint8_t>(mi.size()), mi) << dtype_name(dtype) << " tensor " << i;
+      expect_same_elements(dtype, mi, dm[i]->read<uint8_t>(mi.size()), "momentum of tensor " + std::to_string(i));
       EXPECT_EQ(std::vector<uint64_t>(pos.begin() + long(w0), pos.begin() + long(w0 + nw)), p) << "tensor " << i;
       EXPECT_EQ(std::vector<uint64_t>(neg.begin() + long(w0), neg.begin() + long(w0 + nw)), q) << "tensor " << i;
       // Apply: vote from the slices' own pos/neg planes as +1 plane and tie plane, then the mean.
@@ -305,7 +319,7 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
         std::copy_n(count.begin() + long(size_t(k) * W + w0), nw, piece.begin() + long(size_t(k) * nw));
       }
       apply_mean(xi.data(), dtype, n, piece.data(), planes, 2, nranks, nranks, 1e-3, 0.1);
-      EXPECT_EQ(dx[i]->read<uint8_t>(xi.size()), xi) << dtype_name(dtype) << " tensor " << i;
+      expect_same_elements(dtype, xi, dx[i]->read<uint8_t>(xi.size()), "parameters of tensor " + std::to_string(i));
     }
   }
 }
