@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
-# Compiles (syntax and types, no linking) every translation unit that sees torch's headers against
-# another torch release, e.g. the GPU machines' 2.11:  bash scripts/check_torch_compat.sh 2.11.0
-# Downloads that release's wheel from PyPI once (about 0.5 GB) into build/torch-<version>/.
+# Runs pride against another torch release: in a venv of its own (build/compat-<version>/venv) it
+# installs that torch from PyPI (the CUDA build runs on CPU here), builds pride against it, and runs
+# the Python test suite. The project's own venv and build tree are left alone.
+#
+#   bash scripts/check_torch_compat.sh 2.11.0            # the GPU machines' torch
+#   bash scripts/check_torch_compat.sh 2.15.0 -k optim   # extra arguments go to pytest
+#
+# Exit status: pytest's. The summary line is also written to build/compat-<version>/result.txt.
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-cd "$PRIDE_ROOT"
-version="${1:?usage: check_torch_compat.sh <torch version>}"
-dir="build/torch-$version"
-if [ ! -d "$dir/torch/include" ]; then
-  mkdir -p "$dir"
-  "$PRIDE_PY" -m pip download -q --no-deps --only-binary=:all: -d "$dir" "torch==$version"
-  unzip -q -o "$dir"/torch-"$version"-*.whl 'torch/include/*' -d "$dir"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+case "${1:-}" in
+  ""|-h|--help) sed -n 2,9p "$0"; exit 0 ;;
+esac
+version="$1"; shift
+. scripts/setup.sh >/dev/null  # Debian packages (UCX, hwloc, ...) as for the main build
+dir="build/compat-$version"
+venv="$dir/venv"
+py="$venv/bin/python"
+mkdir -p "$dir"
+if [ ! -x "$py" ]; then
+  echo "check_torch_compat: creating $venv"
+  python3 -m venv "$venv"
 fi
-inc="$dir/torch/include"
-py_inc="$("$PRIDE_PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")"
-status=0
-for f in torch_plugin/*.cc backend/store/c10d_store.cc bindings/module.cc; do
-  if g++ -std=c++20 -fsyntax-only -DFMT_HEADER_ONLY=1 -D_GLIBCXX_USE_CXX11_ABI=1 -I. -isystem "$inc" \
-       -isystem "$inc/torch/csrc/api/include" -isystem "$py_inc" "$f"; then
-    echo "ok      $f"
-  else
-    echo "FAILED  $f"; status=1
-  fi
-done
-exit $status
+if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
+  echo "check_torch_compat: installing torch==$version and the test requirements"
+  "$py" -m pip install -q --disable-pip-version-check "torch==$version" numpy pytest scikit-build-core pybind11 \
+    cmake ninja tqdm matplotlib scikit-learn >"$dir/pip.log" 2>&1 || { tail -20 "$dir/pip.log"; exit 1; }
+fi
+echo "check_torch_compat: building pride against torch $("$py" -c 'import torch; print(torch.__version__)')"
+CMAKE_BUILD_PARALLEL_LEVEL="${PRIDE_BUILD_JOBS:-$(nproc)}" "$py" -m pip install -q --disable-pip-version-check \
+  --no-build-isolation -C build-dir="$dir/build" . >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; exit 1; }
+echo "check_torch_compat: running the Python test suite"
+set +e
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" 2>&1 | tee "$dir/pytest.log"
+status=${PIPESTATUS[0]}
+set -e
+echo "torch $version: $(tail -1 "$dir/pytest.log") (exit $status)" | tee "$dir/result.txt"
+exit "$status"

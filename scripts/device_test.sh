@@ -5,7 +5,7 @@
 # machine with network access (bash scripts/fetch_device_files.sh) and bring it along.
 #
 #   bash scripts/device_test.sh [--files DIR] [--out DIR] [--jobs N] [--suite all|ctest|pytest|gpu]
-#                               [--bench] [--ctest-regex R] [--pytest-args "..."]
+#                               [--bench] [--ctest-regex R] [--pytest-k EXPR]
 #
 #   --files DIR     wheels to install (default .whl): libucx-cu13, lion-pytorch
 #   --out DIR       where the logs and the summary go (default $OUT when set, else build/device-results)
@@ -22,7 +22,7 @@ JOBS="$(nproc)"
 SUITE=all
 BENCH=0
 CTEST_REGEX=""
-PYTEST_ARGS=""
+PYTEST_K=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --files) FILES="$2"; shift 2 ;;
@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --suite) SUITE="$2"; shift 2 ;;
     --bench) BENCH=1; shift ;;
     --ctest-regex) CTEST_REGEX="$2"; shift 2 ;;
-    --pytest-args) PYTEST_ARGS="$2"; shift 2 ;;
+    --pytest-k) PYTEST_K="$2"; shift 2 ;;
     -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "device_test: unknown option $1 (see --help)"; exit 2 ;;
   esac
@@ -105,8 +105,7 @@ if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
   # side where pytest-xdist is installed (the GPU image has it).
   if "$PY" -c "import xdist" 2>/dev/null; then args+=(-n "$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))"); fi
   [ "$SUITE" = gpu ] && args+=(-m gpu)
-  # shellcheck disable=SC2206
-  [ -n "$PYTEST_ARGS" ] && args+=($PYTEST_ARGS)
+  [ -n "$PYTEST_K" ] && args+=(-k "$PYTEST_K")
   say "pytest ${args[*]}"
   PYTHONUNBUFFERED=1 "$PY" -m pytest "${args[@]}" >"$RESULTS/pytest.log" 2>&1
   rc=$?

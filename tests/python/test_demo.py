@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "examples", "distributed_lion_demo.py")
 CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "G-Lion", "G-AdamW"]
@@ -33,8 +36,36 @@ def test_demo_quick_writes_results(tmp_path):
         assert summary[config]["replica_max_abs_diff"] == 0.0, summary[config]
 
 
+def _run_quick(out, *extra):
+    proc = subprocess.run([sys.executable, DEMO, "--quick", "--out", str(out), "--timeout", "75", *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((out / "results.json").read_text())["summary"]
+
+
+def test_demo_language_model_task_quick(tmp_path):
+    """The GPU-sized task (a byte-level GPT on the standard library's source) in miniature, on the CPU."""
+    summary = _run_quick(tmp_path / "lm", "--task", "lm")
+    assert (tmp_path / "lm" / "val_loss.png").stat().st_size > 0
+    for config in CONFIGS:
+        # A byte model that learnt anything is below the uniform distribution's log(256) = 5.55 nats.
+        assert 0 < summary[config]["metric_mean"] < 5.55, (config, summary[config])
+    for config in ("D-Lion MaVo", "D-Lion Avg"):
+        assert summary[config]["replica_max_abs_diff"] == 0.0, summary[config]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_demo_on_cuda_quick(tmp_path):
+    """--device cuda: the workers share the GPU; D-Lion replicas stay identical there too."""
+    for task in ("digits", "lm"):
+        summary = _run_quick(tmp_path / task, "--task", task, "--device", "cuda")
+        for config in ("D-Lion MaVo", "D-Lion Avg"):
+            assert summary[config]["replica_max_abs_diff"] == 0.0, (task, summary[config])
+
+
 def test_demo_help():
     proc = subprocess.run([sys.executable, DEMO, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--workers", "--epochs", "--seeds", "--width", "--out", "--quick"):
+    for flag in ("--workers", "--epochs", "--seeds", "--width", "--out", "--quick", "--task", "--device"):
         assert flag in proc.stdout
