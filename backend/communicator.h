@@ -110,6 +110,8 @@ class Communicator {
   RequestPtr p2p_send(int peer, uint64_t user_tag, const void* buf, size_t bytes);
   RequestPtr p2p_recv(int peer, uint64_t user_tag, void* buf, size_t bytes);  // peer may be kAnyPeer
   void p2p_wait(RequestPtr& request, const std::string& what);
+  // A point-to-point receive completed with `bytes` (counted under "p2p", like the sends).
+  void count_p2p_received(size_t bytes) { traffic_["p2p"].bytes_received += bytes; }
 
   // Bytes and calls per algorithm ("ring", "direct", "allreduce_ring", ...).
   const std::map<std::string, TrafficCounters>& traffic() const { return traffic_; }

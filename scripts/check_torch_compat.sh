@@ -25,12 +25,17 @@ if [ ! -x "$py" ]; then
 fi
 if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
   echo "check_torch_compat: installing torch==$version and the test requirements"
-  "$py" -m pip install -q --disable-pip-version-check "torch==$version" numpy pytest scikit-build-core pybind11 \
+  # The release asked for on the command line wins over a machine-wide pip constraint that caps torch
+  # (this machine's /etc/xdg/pip caps it at the pinned 2.14.1); the venv is this script's own.
+  PIP_CONSTRAINT=/dev/null "$py" -m pip install -q --disable-pip-version-check "torch==$version" numpy pytest scikit-build-core pybind11 \
     cmake ninja tqdm matplotlib scikit-learn >"$dir/pip.log" 2>&1 || { tail -20 "$dir/pip.log"; exit 1; }
 fi
 echo "check_torch_compat: building pride against torch $("$py" -c 'import torch; print(torch.__version__)')"
+# --no-deps: installing pride must not let pip re-resolve torch (a constraint could swap it for another release).
 CMAKE_BUILD_PARALLEL_LEVEL="${PRIDE_BUILD_JOBS:-$(nproc)}" "$py" -m pip install -q --disable-pip-version-check \
-  --no-build-isolation -C build-dir="$dir/build" . >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; exit 1; }
+  --no-deps --no-build-isolation -C build-dir="$dir/build" . >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; exit 1; }
+"$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$version')" ||
+  { echo "check_torch_compat: the venv's torch is not $version after the build"; exit 1; }
 echo "check_torch_compat: running the Python test suite"
 set +e
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" 2>&1 | tee "$dir/pytest.log"

@@ -193,9 +193,18 @@ void PrideBackend::poll_in_flight() {
             "pride rank {}/{}: {} received {} bytes, expected {}", getRank(), getSize(), op.what,
             op.request->bytes(), nbytes(op.staging)))));
       } else if (op.deliver) {
-        op.deliver();
+        try {
+          op.deliver();
+        } catch (...) {
+          error = to_torch_error(std::current_exception());
+        }
       } else if (op.target.defined()) {
         op.target.copy_(op.staging);
+      }
+      if (!error) {
+        comm_->count_p2p_received(op.request->bytes());
+        std::lock_guard<std::mutex> lock(mutex_);
+        traffic_snapshot_ = comm_->traffic();
       }
       op.work->set_source_rank(op.request->peer());
     }

@@ -39,6 +39,17 @@ def _p2p(rank, world, store_path):
     elif rank == 1:
         dist.send(torch.tensor([1.0]), dst=0)
     dist.barrier()
+    # pride.stats() counts point-to-point bytes both ways, under "p2p"
+    import pride
+
+    pride.reset_stats()
+    got = torch.empty(1000)
+    req = dist.irecv(got, src=left, tag=9)
+    dist.send(torch.full((1000,), float(rank)), dst=right, tag=9)
+    req.wait()
+    p2p = pride.stats()["per_algorithm"]["p2p"]
+    assert (p2p["bytes_sent"], p2p["bytes_received"]) == (4000, 4000), p2p
+    dist.barrier()
     dist.destroy_process_group()
 
 
