@@ -109,6 +109,10 @@ void finalize_one_rank(const SignPlan& plan, const uint64_t* votes, size_t nword
   }
 }
 
+void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const SignPlan& plan,
+                     const SignOptions& options, const LionHyper& hyper, bits::DType dtype, cudaStream_t stream,
+                     std::vector<BucketPlan>& buckets, const TensorSlice* lion_table, const TensorSlice* apply_table);
+
 }  // namespace
 
 void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
@@ -192,6 +196,29 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     ws.packed.push_back(e);
   }
 
+  // A failure part-way (a launch, or a peer) must not leave bucket tasks queued on the worker that
+  // still read and write the workspace: wait for every task that was queued, then rethrow.
+  try {
+    pack_vote_apply(backend, ws, plan, options, hyper, dtype, stream, buckets, lion_table, apply_table);
+  } catch (...) {
+    for (BucketPlan& b : buckets) {
+      if (!b.work) continue;
+      try {
+        b.work->wait();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(ws.last_use, stream));
+}
+
+namespace {
+
+void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const SignPlan& plan,
+                     const SignOptions& options, const LionHyper& hyper, bits::DType dtype, cudaStream_t stream,
+                     std::vector<BucketPlan>& buckets, const TensorSlice* lion_table, const TensorSlice* apply_table) {
   // 1 and 2: pack each bucket on the GPU; with a group, send its bits to the worker as soon as they are on the host.
   for (size_t k = 0; k < buckets.size(); ++k) {
     BucketPlan& b = buckets[k];
@@ -211,8 +238,11 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     cudaEvent_t packed = ws.packed[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
     const size_t size = b.size;
-    b.work = backend->run_on_worker("pride:distributed_lion", {}, [packed, votes_host, planes_host, size,
-                                                                   options](Communicator& comm) {
+    // The task holds the pinned buffers too: they live as long as anything may touch them.
+    b.work = backend->run_on_worker("pride:distributed_lion", {}, [packed, votes_host, planes_host, size, options,
+                                                                   keep = std::make_pair(ws.votes_host, ws.planes_host)](
+                                                                      Communicator& comm) {
+      (void)keep;
       C10_CUDA_CHECK(cudaEventSynchronize(packed));
       sign_allreduce_planes(comm, votes_host, size, options, 0x11, planes_host);
     });
@@ -238,8 +268,8 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                    "apply_mean");
     }
   }
-  if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
-  C10_CUDA_CHECK(cudaEventRecord(ws.last_use, stream));
 }
+
+}  // namespace
 
 }  // namespace pride::torch_plugin

@@ -19,6 +19,7 @@ thread_local StagingScope* g_active = nullptr;
 
 struct StagingScope::State {
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs;  // (the caller's CUDA tensor, its host twin)
+  std::vector<bool> written;                             // per pair: the collective writes it
 #ifdef PRIDE_WITH_CUDA_TENSORS
   std::shared_ptr<CudaOrdering> ordering;
 #endif
@@ -41,13 +42,18 @@ StagingScope::StagingScope(PrideBackend& backend, std::vector<at::Tensor*> tenso
 #ifdef PRIDE_WITH_CUDA_TENSORS
   state_ = std::make_shared<State>();
   state_->ordering = backend.cuda_ordering(device);
+  // Every twin first, then the swap: an allocation that throws leaves the caller's tensors as they were.
+  for (at::Tensor* slot : tensors) {
+    if (!slot->defined()) continue;
+    at::Tensor twin = at::empty(slot->sizes(), slot->options().device(at::kCPU).pinned_memory(true));
+    state_->pairs.emplace_back(*slot, twin);
+  }
   slots_ = std::move(tensors);
+  size_t next = 0;
   for (at::Tensor* slot : slots_) {
     if (!slot->defined()) continue;
     state_->ordering->use_on_internal_stream(*slot);
-    at::Tensor twin = at::empty(slot->sizes(), slot->options().device(at::kCPU).pinned_memory(true));
-    state_->pairs.emplace_back(*slot, twin);
-    *slot = twin;
+    *slot = state_->pairs[next++].second;
   }
   previous_ = g_active;
   g_active = this;
@@ -91,8 +97,14 @@ std::shared_ptr<DeviceCompletion> StagingScope::completion() const {
 #endif
 }
 
-BackendTask StagingScope::wrap(BackendTask task) const {
+BackendTask StagingScope::wrap(BackendTask task, const std::vector<at::Tensor>& outputs) const {
 #ifdef PRIDE_WITH_CUDA_TENSORS
+  state_->written.assign(state_->pairs.size(), false);
+  for (size_t i = 0; i < state_->pairs.size(); ++i) {
+    for (const at::Tensor& out : outputs) {
+      if (out.defined() && out.is_same(state_->pairs[i].second)) state_->written[i] = true;
+    }
+  }
   return [state = state_, task = std::move(task)](Communicator& comm, PrideWork& work) {
     CudaOrdering& ordering = *state->ordering;
     ordering.enter();
@@ -104,13 +116,16 @@ BackendTask StagingScope::wrap(BackendTask task) const {
     const bool done = task(comm, work);
     {
       c10::cuda::CUDAStreamGuard guard(ordering.internal());
-      for (auto& [original, twin] : state->pairs) original.copy_(twin, /*non_blocking=*/true);
+      for (size_t i = 0; i < state->pairs.size(); ++i) {
+        if (state->written[i]) state->pairs[i].first.copy_(state->pairs[i].second, /*non_blocking=*/true);
+      }
     }
     ordering.finish();
     ordering.wait_finished_on_host();  // the twins are freed with this task; the copies must be done
     return done;
   };
 #else
+  (void)outputs;
   return task;
 #endif
 }

@@ -34,7 +34,9 @@ class StagingScope {
   // The innermost scope of this thread that staged something, or null.
   static StagingScope* active();
 
-  BackendTask wrap(BackendTask task) const;
+  // `outputs`: the tensors the collective writes (the twins, as enqueue() receives them); only these go
+  // back to the device, so an input that aliases an output cannot overwrite the result.
+  BackendTask wrap(BackendTask task, const std::vector<at::Tensor>& outputs) const;
   std::vector<at::Tensor> originals(const std::vector<at::Tensor>& tensors) const;
   std::shared_ptr<DeviceCompletion> completion() const;
 

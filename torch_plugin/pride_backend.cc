@@ -104,7 +104,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const ch
                                                      std::vector<at::Tensor> outputs, Task task,
                                                      std::shared_ptr<DeviceCompletion> device) {
   if (const StagingScope* staging = StagingScope::active()) {  // CUDA tensors staged through host twins
-    task = staging->wrap(std::move(task));
+    task = staging->wrap(std::move(task), outputs);
     outputs = staging->originals(outputs);
     device = staging->completion();
   }

@@ -17,10 +17,17 @@ void PrideWork::complete(std::exception_ptr error) {
       future_->markCompleted(c10::IValue(outputs_));
     }
   };
-  if (device_ && !error) {
-    device_->run_on_stream(mark);  // the Future's events go on pride's stream, after the operation
-  } else {
-    mark();
+  try {
+    if (device_ && !error) {
+      device_->run_on_stream(mark);  // the Future's events go on pride's stream, after the operation
+    } else {
+      mark();
+    }
+  } catch (...) {
+    // Recording the Future's CUDA events (or a callback run inline) failed: the Work fails with that,
+    // and the worker thread carries on.
+    error = std::current_exception();
+    future_->setErrorIfNeeded(error);
   }
   finish(error);
 }
@@ -35,6 +42,9 @@ void PrideWork::synchronize() {
   if (device_) device_->block_current_stream();
 }
 
-bool PrideWork::isCompleted() { return c10d::Work::isCompleted() && (!device_ || device_->done()); }
+// A failed operation never reaches its end event: it is complete once the host side has failed.
+bool PrideWork::isCompleted() {
+  return c10d::Work::isCompleted() && (!device_ || !isSuccess() || device_->done());
+}
 
 }  // namespace pride::torch_plugin

@@ -155,6 +155,13 @@ def _standard_collectives(rank, world_size, store_path):
     want = sum(base.cpu() + q + 10 * rank for q in range(world_size))
     assert torch.equal(out.cpu(), want)
 
+    # In place: the output is the rank's own chunk of the input (a view); only outputs go back to the
+    # device, so the input's stale copy of that chunk cannot overwrite the result.
+    full = torch.cat([base + rank + 10 * r for r in range(world_size)])
+    mine = full.chunk(world_size)[rank]
+    dist.reduce_scatter_tensor(mine, full)
+    assert torch.equal(mine.cpu(), want)
+
     send = torch.arange(world_size * 4, dtype=torch.float32, device=dev) + 100 * rank
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send)
