@@ -88,7 +88,8 @@ PYBIND11_MODULE(_C, m) {
          const std::vector<at::Tensor>& momenta, double lr, double beta1, double beta2, double weight_decay,
          const std::string& mode, const std::string& votes, int64_t bucket_elements, py::object workspace) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
-        const auto options = sign_options(mode, votes, "auto");
+        const auto options = sign_options(mode, "binary", "auto");  // the vote kind comes from `votes`
+        const auto lion_votes = pride::torch_plugin::parse_lion_votes(votes);
         TORCH_CHECK_VALUE(bucket_elements > 0, "pride DistributedLion: bucket size must be positive");
         const pride::torch_plugin::LionHyper hyper{lr, beta1, beta2, weight_decay};
         if (!params.empty() && params[0].is_cuda()) {
@@ -97,7 +98,7 @@ PYBIND11_MODULE(_C, m) {
                                         : workspace.cast<std::shared_ptr<pride::torch_plugin::CudaLionWorkspace>>();
           py::gil_scoped_release release;
           pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
-                                                          size_t(bucket_elements));
+                                                          lion_votes, size_t(bucket_elements));
           return;
 #else
           throw py::value_error("pride DistributedLion: parameters on " + params[0].device().str() +
@@ -105,7 +106,7 @@ PYBIND11_MODULE(_C, m) {
 #endif
         }
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
-        pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options,
+        pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options, lion_votes,
                                                    size_t(bucket_elements));
       },
       py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),

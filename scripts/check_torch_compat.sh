@@ -28,7 +28,7 @@ if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$
   # The release asked for on the command line wins over a machine-wide pip constraint that caps torch
   # (this machine's /etc/xdg/pip caps it at the pinned 2.14.1); the venv is this script's own.
   PIP_CONSTRAINT=/dev/null "$py" -m pip install -q --disable-pip-version-check "torch==$version" numpy pytest scikit-build-core pybind11 \
-    cmake ninja tqdm matplotlib scikit-learn >"$dir/pip.log" 2>&1 || { tail -20 "$dir/pip.log"; exit 1; }
+    cmake ninja tqdm matplotlib scikit-learn lion-pytorch==0.2.5 >"$dir/pip.log" 2>&1 || { tail -20 "$dir/pip.log"; exit 1; }
 fi
 echo "check_torch_compat: building pride against torch $("$py" -c 'import torch; print(torch.__version__)')"
 # --no-deps: installing pride must not let pip re-resolve torch (a constraint could swap it for another release).

@@ -22,6 +22,7 @@ struct Bucket {
   size_t begin = 0;  // flat element index, a multiple of 64
   size_t size = 0;   // elements (the last bucket may end mid-word)
   std::vector<uint64_t> votes;
+  bool abstains = false;  // exact votes: some element of this rank's bucket has c == 0 (or NaN)
   SignResult result;
   c10::intrusive_ptr<c10d::Work> work;
 };
@@ -76,11 +77,14 @@ void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::
 
 void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
-                           const LionHyper& hyper, const SignOptions& options, size_t bucket_elements) {
+                           const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements) {
   check_tensors(params, grads, momenta);
   if (params.empty()) return;
   const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "DistributedLion");
   const size_t elem = bits::dtype_size(dtype);
+  options.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;
+  // A world of one needs no agreement: exact votes are ternary votes there.
+  const bool adaptive = votes == LionVotes::kExact && backend != nullptr;
   const int counters = options.votes == VoteKind::kBinary ? 1 : 2;
 
   std::vector<size_t> starts;
@@ -109,12 +113,20 @@ void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       bits::lion_vote(g, m, dtype, pc.size, hyper.beta1, hyper.beta2, b->votes.data() + word,
                       counters == 2 ? b->votes.data() + nwords + word : nullptr);
     }
+    if (adaptive) {
+      WordRanges ranges;
+      for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
+        ranges.emplace_back((pc.flat - b->begin) / kWord, pc.size);
+      }
+      b->abstains = any_abstention(b->votes.data(), b->votes.data() + nwords, ranges);
+    }
     // 2. vote: queued on the group's worker; the next bucket is packed meanwhile.
     if (backend == nullptr) {
       b->result = local_result(b->votes, b->size, options);
     } else {
-      b->work = backend->run_on_worker("pride:distributed_lion", {}, [b, options](Communicator& comm) {
-        b->result = sign_allreduce_planes(comm, b->votes.data(), b->size, options, 0x11);
+      b->work = backend->run_on_worker("pride:distributed_lion", {}, [b, options, adaptive](Communicator& comm) {
+        b->result = adaptive ? sign_allreduce_exact(comm, b->votes.data(), b->size, options, b->abstains, nullptr)
+                             : sign_allreduce_planes(comm, b->votes.data(), b->size, options, 0x11);
       });
     }
     buckets.push_back(std::move(b));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "collectives/engine/sign/sign_allreduce.h"
+#include "torch_plugin/exact_votes.h"
 
 namespace pride::torch_plugin {
 
@@ -32,8 +33,9 @@ struct LionHyper {
 
 // backend == nullptr: a world of one (no communication), e.g. no process group, or the G-Lion
 // baseline's local step on already-averaged gradients. Blocks until every bucket is applied.
+// votes: kExact decides per bucket (exact_votes.h); kBinary / kTernary use that kind throughout.
 void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
-                           const LionHyper& hyper, const SignOptions& options, size_t bucket_elements);
+                           const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements);
 
 }  // namespace pride::torch_plugin

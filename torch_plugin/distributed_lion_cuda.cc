@@ -82,6 +82,7 @@ void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 struct BucketPlan {
+  SignPlan plan;  // how its result is encoded (exact votes: decided by the worker, binary or ternary)
   size_t begin = 0, size = 0, nwords = 0;
   size_t vote_offset = 0, plane_offset = 0;  // in words, into the votes / planes buffers
   size_t first_slice = 0, nslices = 0;       // into each of the two slice tables
@@ -110,16 +111,21 @@ void finalize_one_rank(const SignPlan& plan, const uint64_t* votes, size_t nword
 }
 
 void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const SignPlan& plan,
-                     const SignOptions& options, const LionHyper& hyper, bits::DType dtype, cudaStream_t stream,
-                     std::vector<BucketPlan>& buckets, const TensorSlice* lion_table, const TensorSlice* apply_table);
+                     const SignOptions& options, bool adaptive, const LionHyper& hyper, bits::DType dtype,
+                     cudaStream_t stream, std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& slices,
+                     const TensorSlice* lion_table, const TensorSlice* apply_table);
 
 }  // namespace
 
 void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
-                                const std::vector<at::Tensor>& momenta, const LionHyper& hyper,
-                                const SignOptions& options, size_t bucket_elements) {
+                                const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
+                                LionVotes votes, size_t bucket_elements) {
   check_tensors(params, grads, momenta);
+  options.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;
+  // A world of one needs no agreement: exact votes are ternary votes there. The ternary plan is also
+  // the larger one, so the buffers below fit whichever kind a bucket ends up with.
+  const bool adaptive = votes == LionVotes::kExact && backend != nullptr;
   if (params.empty()) return;
   const c10::Device device = params[0].device();
   c10::cuda::CUDAGuard device_guard(device);
@@ -148,6 +154,7 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   size_t vote_words = 0, plane_words = 0;
   for (size_t begin = 0; begin < total; begin += bucket_elements) {
     BucketPlan b;
+    b.plan = plan;
     b.begin = begin;
     b.size = std::min(bucket_elements, total - begin);
     b.nwords = bits::words_for(b.size);
@@ -199,7 +206,8 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   // A failure part-way (a launch, or a peer) must not leave bucket tasks queued on the worker that
   // still read and write the workspace: wait for every task that was queued, then rethrow.
   try {
-    pack_vote_apply(backend, ws, plan, options, hyper, dtype, stream, buckets, lion_table, apply_table);
+    pack_vote_apply(backend, ws, plan, options, adaptive, hyper, dtype, stream, buckets, lion_slices, lion_table,
+                    apply_table);
   } catch (...) {
     for (BucketPlan& b : buckets) {
       if (!b.work) continue;
@@ -217,8 +225,9 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
 namespace {
 
 void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const SignPlan& plan,
-                     const SignOptions& options, const LionHyper& hyper, bits::DType dtype, cudaStream_t stream,
-                     std::vector<BucketPlan>& buckets, const TensorSlice* lion_table, const TensorSlice* apply_table) {
+                     const SignOptions& options, bool adaptive, const LionHyper& hyper, bits::DType dtype,
+                     cudaStream_t stream, std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& slices,
+                     const TensorSlice* lion_table, const TensorSlice* apply_table) {
   // 1 and 2: pack each bucket on the GPU; with a group, send its bits to the worker as soon as they are on the host.
   for (size_t k = 0; k < buckets.size(); ++k) {
     BucketPlan& b = buckets[k];
@@ -237,14 +246,24 @@ void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
                                    stream));
     cudaEvent_t packed = ws.packed[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
-    const size_t size = b.size;
+    WordRanges ranges;  // the bucket's tensor pieces, for the abstention check
+    if (adaptive) {
+      for (size_t i = b.first_slice; i < b.first_slice + b.nslices; ++i) ranges.emplace_back(slices[i].word, slices[i].count);
+    }
+    BucketPlan* bucket = &b;  // `buckets` is not resized while tasks run; the step waits for every one
     // The task holds the pinned buffers too: they live as long as anything may touch them.
-    b.work = backend->run_on_worker("pride:distributed_lion", {}, [packed, votes_host, planes_host, size, options,
+    b.work = backend->run_on_worker("pride:distributed_lion", {}, [packed, votes_host, planes_host, bucket, options,
+                                                                   adaptive, ranges = std::move(ranges),
                                                                    keep = std::make_pair(ws.votes_host, ws.planes_host)](
                                                                       Communicator& comm) {
       (void)keep;
       C10_CUDA_CHECK(cudaEventSynchronize(packed));
-      sign_allreduce_planes(comm, votes_host, size, options, 0x11, planes_host);
+      if (adaptive) {
+        const bool abstains = any_abstention(votes_host, votes_host + bucket->nwords, ranges);
+        bucket->plan = sign_allreduce_exact(comm, votes_host, bucket->size, options, abstains, planes_host).plan;
+      } else {
+        sign_allreduce_planes(comm, votes_host, bucket->size, options, 0x11, planes_host);
+      }
     });
   }
 
@@ -252,19 +271,20 @@ void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
   for (BucketPlan& b : buckets) {
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
     if (b.work) {
-      b.work->wait();  // rethrows the engine's error
+      b.work->wait();  // rethrows the engine's error; b.plan is the kind the ranks agreed on
       C10_CUDA_CHECK(cudaMemcpyAsync(planes, words_of(ws.planes_host) + b.plane_offset,
-                                     size_t(plan.result_planes) * b.nwords * 8, cudaMemcpyHostToDevice, stream));
+                                     size_t(b.plan.result_planes) * b.nwords * 8, cudaMemcpyHostToDevice, stream));
     }
-    if (plan.mode == SignMode::kVote) {
+    const SignPlan& r = b.plan;
+    if (r.mode == SignMode::kVote) {
       check_launch(bits::cuda::apply_vote_slices(apply_table + b.first_slice, b.nslices, dtype, planes,
-                                                 plan.has_tie_plane() ? planes + b.nwords : nullptr, hyper.lr,
+                                                 r.has_tie_plane() ? planes + b.nwords : nullptr, hyper.lr,
                                                  hyper.weight_decay, stream),
                    "apply_vote");
     } else {
       check_launch(bits::cuda::apply_mean_slices(apply_table + b.first_slice, b.nslices, dtype, planes,
-                                                 plan.result_planes, b.nwords, plan.mean_scale, plan.mean_offset,
-                                                 plan.nranks, hyper.lr, hyper.weight_decay, stream),
+                                                 r.result_planes, b.nwords, r.mean_scale, r.mean_offset, r.nranks,
+                                                 hyper.lr, hyper.weight_decay, stream),
                    "apply_mean");
     }
   }

@@ -37,9 +37,10 @@ class CudaLionWorkspace {
   std::unique_ptr<Buffers> buffers_;
 };
 
+// votes as distributed_lion.h: kExact decides per bucket (exact_votes.h), from the packed planes on the host.
 void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
-                                const std::vector<at::Tensor>& momenta, const LionHyper& hyper,
-                                const SignOptions& options, size_t bucket_elements);
+                                const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
+                                LionVotes votes, size_t bucket_elements);
 
 }  // namespace pride::torch_plugin

@@ -175,3 +175,76 @@ def _global(rank, world, store_path):
 
 def test_global_mode_is_lion_on_the_averaged_gradient():
     run(_global, 2)
+
+
+# ---- Exact sign semantics by default (sign(0) = 0), against lion-pytorch as the independent Lion ----
+
+def _embedding_steps(opt_factory, steps, world=1, rank=0, seed=7):
+    """An embedding whose rows 10.. never appear in a batch (their gradient is exactly zero), trained
+    with the same batches on every rank. Returns (weights before, weights after, the optimizer)."""
+    torch.manual_seed(seed)
+    emb = torch.nn.Embedding(40, 16)
+    before = emb.weight.detach().clone()
+    opt = opt_factory(emb.parameters())
+    g = torch.Generator().manual_seed(seed)  # the same on every rank: unanimous votes
+    for _ in range(steps):
+        idx = torch.randint(0, 10, (32,), generator=g)
+        target = torch.randn(32, 16, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(emb(idx), target).backward()
+        opt.step()
+    return before, emb.weight.detach().clone(), opt
+
+
+def _compare_with_lion_pytorch(ours, before):
+    """ours must equal lion-pytorch's Lion (its plain PyTorch path) trained on the same batches: the
+    unused rows bitwise, the rest except where the two implementations' last-bit roundings of c (torch's
+    add with alpha fuses into one rounding) flip the sign of a c within a few ulps of zero: a handful of
+    elements at most, never a whole row."""
+    from lion_pytorch import Lion
+
+    _, ref, _ = _embedding_steps(lambda p: Lion(p, lr=0.01, betas=(0.9, 0.99), weight_decay=0.0), 30)
+    assert torch.equal(ours[10:], before[10:]), "rows with zero gradient moved"
+    assert torch.equal(ref[10:], before[10:]), "lion-pytorch moved the zero-gradient rows (test premise)"
+    differ = (ours[:10] != ref[:10]).sum().item()
+    assert differ <= 3, f"{differ} of {ours[:10].numel()} used elements differ from lion-pytorch"
+
+
+def test_default_votes_are_exact_one_process():
+    from pride.optim import DistributedLion
+
+    before, ours, _ = _embedding_steps(lambda p: DistributedLion(p, lr=0.01), 30)
+    _compare_with_lion_pytorch(ours, before)
+    # The test can fail: binary votes make every zero-gradient element drift by lr per step.
+    _, drifted, _ = _embedding_steps(lambda p: DistributedLion(p, lr=0.01, votes="binary"), 30)
+    assert torch.allclose(drifted[10:] - before[10:], torch.full_like(before[10:], 0.3), atol=1e-5)
+
+
+def _exact_votes(rank, world, store_path):
+    import pride
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    before, ours, _ = _embedding_steps(lambda p: DistributedLion(p, lr=0.01, bucket_mb=1e-3), 30, world, rank)
+    _compare_with_lion_pytorch(ours, before)
+
+    # Cost: with no exact zero anywhere, the default moves at most 1.1x the bytes of binary votes.
+    def one_step_bytes(votes):
+        torch.manual_seed(3)
+        lin = torch.nn.Linear(512, 512)
+        opt = DistributedLion(lin.parameters(), lr=0.01, votes=votes, bucket_mb=0.25)
+        g = torch.Generator().manual_seed(11 + rank)
+        for p in lin.parameters():
+            p.grad = torch.randn(p.shape, generator=g)
+        pride.reset_stats()
+        opt.step()
+        return pride.stats()["bytes_sent"]
+
+    binary, exact, ternary = one_step_bytes("binary"), one_step_bytes("exact"), one_step_bytes("ternary")
+    assert binary > 0 and exact <= 1.1 * binary, (binary, exact)
+    assert ternary > 1.5 * binary, (binary, ternary)  # the fallback it avoids really costs more
+    dist.destroy_process_group()
+
+
+def test_default_votes_are_exact_4ranks():
+    run(_exact_votes, 4, deadline_s=200)

@@ -17,8 +17,15 @@ class DistributedLion(torch.optim.Optimizer):
     mode="global" (G-Lion, the baseline): gradients averaged with an fp32 allreduce, then plain Lion.
     Every rank then applies x ← x − lr·(Δ + λ·x); replicas that start equal stay bitwise equal.
 
-    votes="binary" sends 1 bit per element (an exactly-zero local update votes −1, as in SPEC §2);
-    votes="ternary" gives torch.sign semantics (0 abstains) at about twice the traffic.
+    votes="exact" (the default) follows Algorithm 1 with sign(0) = 0: an element whose local update
+    c = β1·m + (1−β1)·g is exactly 0 abstains, so an element that is 0 on every rank gets Δ = 0 and only
+    weight decay moves it (with weight_decay=0 it stays bitwise unchanged), and unanimous ranks give
+    plain Lion's update. It costs what binary votes cost unless some rank has an exact zero in a
+    bucket: each bucket travels as 1-bit binary votes when no rank has one, as ternary votes otherwise
+    (the ranks agree through a one-byte allreduce per bucket).
+    votes="binary" always sends 1 bit per element (an exactly-zero update votes −1: SPEC §2's rule for
+    sign_allreduce, which makes such elements drift by lr per step); votes="ternary" always sends both
+    planes.
     The step is fused in C++: parameters of one dtype and device are handled as one flat buffer in
     buckets of ``bucket_mb`` MiB of parameters (default 4 on CPU, 64 on CUDA), packing one bucket
     while the previous one is on the wire. CUDA parameters are updated by fused kernels on the current
@@ -27,7 +34,7 @@ class DistributedLion(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
-                 votes="binary", bucket_mb=None):
+                 votes="exact", bucket_mb=None):
         if not lr >= 0.0:
             raise ValueError(f"DistributedLion: invalid learning rate {lr}")
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
@@ -36,8 +43,8 @@ class DistributedLion(torch.optim.Optimizer):
             raise ValueError(f"DistributedLion: invalid weight_decay {weight_decay}")
         if mode not in _MODES:
             raise ValueError(f"DistributedLion: mode must be one of {_MODES}, got {mode!r}")
-        if votes not in ("binary", "ternary"):
-            raise ValueError(f"DistributedLion: votes must be 'binary' or 'ternary', got {votes!r}")
+        if votes not in ("exact", "binary", "ternary"):
+            raise ValueError(f"DistributedLion: votes must be 'exact', 'binary' or 'ternary', got {votes!r}")
         if bucket_mb is not None and not bucket_mb > 0:
             raise ValueError(f"DistributedLion: bucket_mb must be positive, got {bucket_mb}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
