@@ -225,12 +225,13 @@ def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("vote", "ternary"), ("mean", "binary"), ("mean", "ternary")])
+@pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("vote", "ternary"), ("mean", "binary"), ("mean", "ternary"),
+                                        ("vote", "exact"), ("mean", "exact")])
 def test_distributed_lion_cuda_equals_the_cpu_step_one_process(dtype, mode, votes):
     _lion_cpu_vs_cuda(0, 1, None, dtype, mode, votes)
 
 
-@pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("mean", "ternary")])
+@pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("mean", "ternary"), ("vote", "exact")])
 def test_distributed_lion_cuda_equals_the_cpu_step_4ranks(mode, votes):
     run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, deadline_s=300)
     run(_lion_cpu_vs_cuda, 4, torch.bfloat16, mode, votes, deadline_s=300)
