@@ -87,6 +87,10 @@ def parse_args(argv=None):
     p.add_argument("--adamw-lr", type=float, default=None,
                    help="peak learning rate of G-AdamW (cosine decay to 0); default 3e-3 for digits, 1e-3 for lm")
     p.add_argument("--adamw-wd", type=float, default=0.01, help="weight decay of G-AdamW")
+    p.add_argument("--lion-votes", default="exact", choices=["exact", "binary", "ternary"],
+                   help="DistributedLion's votes for D-Lion: exact (sign(0) = 0; a bucket goes as ternary votes "
+                        "whenever some rank has an exactly-zero update in it, e.g. the weights of dead ReLU units), "
+                        "binary (1 bit per element; a zero votes -1) or ternary")
     p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather"],
                    help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers). direct is the "
                         "bandwidth-optimal one (SPEC §4), what a bandwidth-bound multi-host job uses; "
@@ -350,7 +354,7 @@ def make_optimizer(config, model, args, world):
         opt = torch.optim.AdamW(model.parameters(), lr=args.adamw_lr, weight_decay=args.adamw_wd)
         return opt, GradientAllreduce(model.parameters(), world)
     opt = DistributedLion(model.parameters(), lr=args.lion_lr, weight_decay=args.lion_wd,
-                          mode=LION_MODE[config])
+                          mode=LION_MODE[config], votes=args.lion_votes)
     return opt, None  # DistributedLion communicates inside step()
 
 
@@ -584,7 +588,8 @@ def write_markdown(path, summary, targets, args, command, machine, wall_s, task_
         f"`{command}`",
         "",
         f"{args.workers} workers on {args.device}, {task_text}, seeds {seeds}, "
-        f"sign-allreduce algorithm {args.algo}. Machine: {machine}. Wall time {wall_s:.0f} s.",
+        f"sign-allreduce algorithm {args.algo}, D-Lion votes {args.lion_votes}. Machine: {machine}. "
+        f"Wall time {wall_s:.0f} s.",
         "",
         f"| config | {metric_name} (mean ± std over {args.seeds} seed{'s' * (args.seeds > 1)}) "
         f"| bytes sent / step / worker | {BASELINE} bytes ÷ config bytes | ms / step |",
