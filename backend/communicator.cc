@@ -16,6 +16,7 @@
 #include "backend/common/error.h"
 #include "backend/common/log.h"
 #include "backend/common/settings.h"
+#include "backend/liveness/process_state.h"
 #include "backend/topology/host_topology.h"
 
 namespace pride {
@@ -257,7 +258,11 @@ void Communicator::learn_hosts() {
 std::string Communicator::local_peer_gone(int peer) const {
   if (peer < 0 || peer >= size_ || local_pid_of_rank_[size_t(peer)] == 0) return {};
   const long pid = local_pid_of_rank_[size_t(peer)];
-  if (kill(pid_t(pid), 0) == -1 && errno == ESRCH) return fmt::format("its process (pid {}) has exited", pid);
+  switch (process_state(pid_t(pid))) {
+    case ProcessState::kGone: return fmt::format("its process (pid {}) has exited", pid);
+    case ProcessState::kZombie: return fmt::format("its process (pid {}) has exited (a zombie, not yet reaped)", pid);
+    case ProcessState::kRunning: break;
+  }
   return {};
 }
 
