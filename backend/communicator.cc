@@ -258,6 +258,14 @@ void Communicator::learn_hosts() {
 std::string Communicator::local_peer_gone(int peer) const {
   if (peer < 0 || peer >= size_ || local_pid_of_rank_[size_t(peer)] == 0) return {};
   const long pid = local_pid_of_rank_[size_t(peer)];
+  if (!Settings::get().shared_memory) {
+    // Over TCP loopback UCX reports a dead peer itself, to every rank alike. Noticing a zombie here
+    // first would make this rank abort and reset its own connections before the others have heard of
+    // the dead peer, and they would blame this rank instead; so only a reaped process counts.
+    if (kill(pid_t(pid), 0) == -1 && errno == ESRCH) return fmt::format("its process (pid {}) has exited", pid);
+    return {};
+  }
+  // Shared memory reports nothing: pride watches these peers itself, zombies included.
   switch (process_state(pid_t(pid))) {
     case ProcessState::kGone: return fmt::format("its process (pid {}) has exited", pid);
     case ProcessState::kZombie: return fmt::format("its process (pid {}) has exited (a zombie, not yet reaped)", pid);
