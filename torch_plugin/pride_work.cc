@@ -32,13 +32,8 @@ void PrideWork::complete(std::exception_ptr error) {
   finish(error);
 }
 
-bool PrideWork::wait(std::chrono::milliseconds timeout) {
-  const bool completed = c10d::Work::wait(timeout);  // rethrows the operation's error
-  if (completed && device_) device_->block_current_stream();
-  return completed;
-}
-
 void PrideWork::synchronize() {
+  c10d::Work::synchronize();
   if (device_) device_->block_current_stream();
 }
 

@@ -18,7 +18,8 @@ class PrideWork : public c10d::Work {
   PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs,
             std::shared_ptr<DeviceCompletion> device = nullptr);
 
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // c10d::Work::wait() waits for the host side, then calls synchronize(): that is where the caller's
+  // stream is made to wait for the device side.
   void synchronize() override;
   bool isCompleted() override;
 
