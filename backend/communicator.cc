@@ -123,6 +123,7 @@ void Collective::check_request(const Request& r) {
   std::string peer_failure = comm_.transport_->peer_failure(r.peer());
   std::string message;
   if (!peer_failure.empty()) {
+    comm_.await_abort_notice(describe());  // throws with the root cause if the peer gave up itself
     message = fmt::format("pride {}: peer {} failed ({})", describe(), r.peer(), peer_failure);
   } else if (!r.is_send() && r.error() == "Message truncated") {
     message = fmt::format("pride {}: peer {} sent more data than this rank expected; the ranks called "
@@ -159,6 +160,7 @@ void Collective::wait(RequestPtr& request) {
         std::string gone = comm_.transport_->peer_failure(request->peer());
         if (gone.empty()) gone = comm_.local_peer_gone(request->peer());
         if (!gone.empty()) {
+          comm_.await_abort_notice(describe());
           std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
           comm_.notify_abort(message);
           throw PeerError(message);
@@ -290,6 +292,14 @@ bool Communicator::progress_or_throw(const std::string& context) {
     throw PeerError(message);
   }
   return progressed;
+}
+
+void Communicator::await_abort_notice(const std::string& context) {
+  // A rank that gives up sends its notice and then resets its connections at once; the reset can be
+  // seen before the notice is read. Reading on for a moment lets the notice, which names the root
+  // cause (the rank that really died), win over the reset it caused.
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (Clock::now() < until) progress_or_throw(context);
 }
 
 void Communicator::notify_abort(const std::string& reason) {

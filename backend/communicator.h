@@ -127,6 +127,9 @@ class Communicator {
   // Progresses the transport once; throws PeerError when another rank sent an abort notice.
   bool progress_or_throw(const std::string& context);
   void notify_abort(const std::string& reason);
+  // Before blaming a peer whose connection failed: throws PeerError with its reason if that peer's
+  // abort notice arrives within a short grace period; returns otherwise.
+  void await_abort_notice(const std::string& context);
   void post_abort_receive();
   // Spin, then yield, then sleep a little: ranks may outnumber cores.
   void idle(uint64_t idle_rounds);
