@@ -84,35 +84,45 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "distributed_lion_step",
-      [](py::object backend, const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
-         const std::vector<at::Tensor>& momenta, double lr, double beta1, double beta2, double weight_decay,
-         const std::string& mode, const std::string& votes, int64_t bucket_elements, py::object workspace) {
+      [](py::object backend, const std::vector<at::Tensor>& params,
+         const std::vector<std::optional<at::Tensor>>& maybe_grads,
+         const std::vector<std::optional<at::Tensor>>& maybe_momenta, double lr, double beta1, double beta2,
+         double weight_decay, const std::string& mode, const std::string& votes, int64_t bucket_elements,
+         uint64_t layout_digest, py::object workspace) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
         const auto options = sign_options(mode, "binary", "auto");  // the vote kind comes from `votes`
         const auto lion_votes = pride::torch_plugin::parse_lion_votes(votes);
         TORCH_CHECK_VALUE(bucket_elements > 0, "pride DistributedLion: bucket size must be positive");
         const pride::torch_plugin::LionHyper hyper{lr, beta1, beta2, weight_decay};
+        // None (no gradient on this rank) becomes an undefined tensor: it abstains.
+        auto defined_or_empty = [](const std::vector<std::optional<at::Tensor>>& in) {
+          std::vector<at::Tensor> out;
+          for (const auto& t : in) out.push_back(t.value_or(at::Tensor()));
+          return out;
+        };
+        const std::vector<at::Tensor> grads = defined_or_empty(maybe_grads), momenta = defined_or_empty(maybe_momenta);
         if (!params.empty() && params[0].is_cuda()) {
 #ifdef PRIDE_WITH_CUDA_TENSORS
           auto ws = workspace.is_none() ? std::make_shared<pride::torch_plugin::CudaLionWorkspace>()
                                         : workspace.cast<std::shared_ptr<pride::torch_plugin::CudaLionWorkspace>>();
           py::gil_scoped_release release;
-          pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
-                                                          lion_votes, size_t(bucket_elements));
-          return;
+          return pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
+                                                                 lion_votes, size_t(bucket_elements), layout_digest);
 #else
           throw py::value_error("pride DistributedLion: parameters on " + params[0].device().str() +
                                 ", but this build of pride has no CUDA support");
 #endif
         }
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
-        pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options, lion_votes,
-                                                   size_t(bucket_elements));
+        return pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options, lion_votes,
+                                                          size_t(bucket_elements), layout_digest);
       },
       py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),
       py::arg("beta2"), py::arg("weight_decay"), py::arg("mode"), py::arg("votes"), py::arg("bucket_elements"),
-      py::arg("workspace") = py::none(),
-      "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one).");
+      py::arg("layout_digest") = 0, py::arg("workspace") = py::none(),
+      "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one). "
+      "grads/momenta entries may be None (no gradient on this rank: it abstains). Returns False, having "
+      "applied nothing, when the ranks' layout digests differ.");
 
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });

@@ -89,7 +89,7 @@ def worker(rank, args, store_path, out_path):
     grads = [torch.randn(s, generator=noise) for s in sizes]
     cases = {}
     p_mavo = make_params()
-    mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote")
+    mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes)
     cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
     p_glion = make_params()
     cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, lion(1e-4, (0.9, 0.99), 0.1)).step)
@@ -127,7 +127,7 @@ def report(args, result):
     med = result["median_s"]
     where = "one rank per launcher-made host" if args.env else "on one host"
     print(f"# {result['ranks']} ranks ({where}), {result['numel']} fp32 parameters in {result['tensors']} "
-          f"tensors, median of {args.iters} steps (min in brackets)")
+          f"tensors, D-Lion votes={args.votes}, median of {args.iters} steps (min in brackets)")
     mavo = med["D-Lion MaVo (pride)"]
     print(f"{'step':<22} {'time (ms)':>18} {'D-Lion faster by':>17}")
     for name, t in med.items():
@@ -146,6 +146,8 @@ def main():
     parser.add_argument("--log2-numel", type=int, default=22, help="parameters as a power of two (default 22)")
     parser.add_argument("--iters", type=int, default=5, help="timed steps per case (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    parser.add_argument("--votes", choices=("exact", "binary", "ternary"), default="exact",
+                        help="DistributedLion's votes (default exact, the optimizer's default)")
     parser.add_argument("--json", help="also write the result here")
     parser.add_argument("--env", action="store_true", help=ENV_HELP)
     return launch(worker, parser.parse_args(), report)

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -21,8 +22,9 @@ size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 struct Bucket {
   size_t begin = 0;  // flat element index, a multiple of 64
   size_t size = 0;   // elements (the last bucket may end mid-word)
-  std::vector<uint64_t> votes;
-  bool abstains = false;  // exact votes: some element of this rank's bucket has c == 0 (or NaN)
+  std::vector<uint64_t> votes;  // the +1 plane, then room for the −1 plane
+  BucketInput input;            // this rank's side of the agreement (bucket_agreement.h)
+  BucketAgreement agreed;
   SignResult result;
   c10::intrusive_ptr<c10d::Work> work;
 };
@@ -62,7 +64,10 @@ void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::
                     "pride DistributedLion: ", params.size(), " parameters, ", grads.size(), " gradients and ",
                     momenta.size(), " momentum buffers");
   for (size_t i = 0; i < params.size(); ++i) {
+    TORCH_CHECK_VALUE(!grads[i].defined() || momenta[i].defined(), "pride DistributedLion: parameter ", i,
+                      " has a gradient but no momentum buffer");
     for (const at::Tensor* t : {&params[i], &grads[i], &momenta[i]}) {
+      if (!t->defined()) continue;  // no gradient on this rank
       check_cpu_tensor(*t, "DistributedLion");
       TORCH_CHECK_VALUE(t->is_contiguous(), "pride DistributedLion: tensors must be contiguous");
       TORCH_CHECK_TYPE(t->scalar_type() == params[0].scalar_type(), "pride DistributedLion: one dtype per call, got ",
@@ -75,17 +80,17 @@ void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::
 
 }  // namespace
 
-void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
+bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
-                           const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements) {
+                           const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
+                           uint64_t layout_digest) {
   check_tensors(params, grads, momenta);
-  if (params.empty()) return;
+  if (params.empty()) return true;
   const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "DistributedLion");
   const size_t elem = bits::dtype_size(dtype);
-  options.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;
-  // A world of one needs no agreement: exact votes are ternary votes there.
-  const bool adaptive = votes == LionVotes::kExact && backend != nullptr;
-  const int counters = options.votes == VoteKind::kBinary ? 1 : 2;
+  // Ternary packing (both planes, c == 0 abstains) for exact and ternary votes; binary votes pack the
+  // +1 plane and become ternary planes only if a missing gradient somewhere calls for it.
+  const bool pack_ternary = votes != LionVotes::kBinary;
 
   std::vector<size_t> starts;
   std::vector<int64_t> sizes;
@@ -95,8 +100,11 @@ void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
     sizes.push_back(p.numel());
     total += round_up(size_t(p.numel()), kWord);
   }
-  if (total == 0) return;
+  if (total == 0) return true;
   bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
+  // Set by the first bucket that finds the layouts differ; later buckets then send nothing, so every
+  // rank's next collective is the caller's diagnosis.
+  auto layouts_differ = std::make_shared<std::atomic<bool>>(false);
 
   std::vector<std::shared_ptr<Bucket>> buckets;
   for (size_t begin = 0; begin < total; begin += bucket_elements) {
@@ -104,29 +112,48 @@ void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
     b->begin = begin;
     b->size = std::min(bucket_elements, total - begin);
     const size_t nwords = bits::words_for(b->size);
-    b->votes.assign(size_t(counters) * nwords, 0);
-    // 1. pack: the local Lion step of every tensor piece in the bucket.
+    b->votes.assign(2 * nwords, 0);
+    b->input.layout_digest = layout_digest;
+    // 1. pack: the local Lion step of every tensor piece in the bucket that has a gradient here.
+    WordRanges voting;  // the pieces that voted
     for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
+      const bool has = grads[pc.tensor].defined();
+      b->input.has_grad.push_back(has ? 1 : 0);
+      if (!has) continue;  // abstains (both planes stay 0) and keeps its momentum
       const size_t word = (pc.flat - b->begin) / kWord;
       const auto* g = static_cast<const char*>(grads[pc.tensor].data_ptr()) + pc.offset * elem;
       auto* m = static_cast<char*>(momenta[pc.tensor].data_ptr()) + pc.offset * elem;
       bits::lion_vote(g, m, dtype, pc.size, hyper.beta1, hyper.beta2, b->votes.data() + word,
-                      counters == 2 ? b->votes.data() + nwords + word : nullptr);
+                      pack_ternary ? b->votes.data() + nwords + word : nullptr);
+      voting.emplace_back(word, pc.size);
     }
-    if (adaptive) {
-      WordRanges ranges;
-      for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
-        ranges.emplace_back((pc.flat - b->begin) / kWord, pc.size);
-      }
-      b->abstains = any_abstention(b->votes.data(), b->votes.data() + nwords, ranges);
-    }
+    if (votes == LionVotes::kExact) b->input.wants_ternary = any_abstention(b->votes.data(), b->votes.data() + nwords, voting);
+    if (votes == LionVotes::kTernary) b->input.wants_ternary = true;
     // 2. vote: queued on the group's worker; the next bucket is packed meanwhile.
+    auto vote = [b, options, votes, voting = std::move(voting), nwords](Communicator* comm) {
+      SignOptions o = options;
+      if (comm != nullptr) {
+        b->agreed = agree_on_bucket(*comm, b->input);
+        if (!b->agreed.layouts_agree) return;
+        o.votes = b->agreed.votes;
+      } else {  // a world of one: its own view is everyone's
+        b->agreed.votes = b->input.wants_ternary ? VoteKind::kTernary : VoteKind::kBinary;
+        b->agreed.any_grad = b->input.has_grad;
+        o.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;
+      }
+      if (o.votes == VoteKind::kTernary && votes == LionVotes::kBinary) {
+        binary_as_ternary(b->votes.data(), b->votes.data() + nwords, nwords, voting);
+      }
+      b->result = comm != nullptr ? sign_allreduce_planes(*comm, b->votes.data(), b->size, o, 0x11)
+                                  : local_result(b->votes, b->size, o);
+    };
     if (backend == nullptr) {
-      b->result = local_result(b->votes, b->size, options);
+      vote(nullptr);
     } else {
-      b->work = backend->run_on_worker("pride:distributed_lion", {}, [b, options, adaptive](Communicator& comm) {
-        b->result = adaptive ? sign_allreduce_exact(comm, b->votes.data(), b->size, options, b->abstains, nullptr)
-                             : sign_allreduce_planes(comm, b->votes.data(), b->size, options, 0x11);
+      b->work = backend->run_on_worker("pride:distributed_lion", {}, [vote, layouts_differ, b](Communicator& comm) {
+        if (layouts_differ->load()) return;
+        vote(&comm);
+        if (!b->agreed.layouts_agree) layouts_differ->store(true);
       });
     }
     buckets.push_back(std::move(b));
@@ -135,8 +162,17 @@ void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
   // 3. apply, bucket by bucket as results arrive.
   for (const auto& b : buckets) {
     if (b->work) b->work->wait();  // rethrows the engine's error
+    if (layouts_differ->load()) {
+      for (const auto& rest : buckets) {
+        if (rest->work) rest->work->wait();  // they return at once, having sent nothing
+      }
+      return false;
+    }
     const SignResult& r = b->result;
-    for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
+    const auto pieces = pieces_in(starts, sizes, b->begin, b->begin + b->size);
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const Piece& pc = pieces[k];
+      if (!b->agreed.any_grad[k]) continue;  // no rank has its gradient: no step
       const size_t word = (pc.flat - b->begin) / kWord;
       auto* x = static_cast<char*>(params[pc.tensor].data_ptr()) + pc.offset * elem;
       if (r.plan.mode == SignMode::kVote) {
@@ -155,6 +191,7 @@ void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       }
     }
   }
+  return true;
 }
 
 }  // namespace pride::torch_plugin

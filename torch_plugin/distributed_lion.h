@@ -11,6 +11,11 @@
 // Each tensor starts at a 64-element boundary of the flat index space, so every piece of a tensor
 // in a bucket starts on a whole word of the planes; the few padding bits between tensors vote like
 // any element and are never applied.
+//
+// The layout comes from the parameter list, never from which gradients exist: a tensor whose gradient
+// this rank lacks (an undefined grad) keeps its place, abstains in the vote and keeps its momentum;
+// one that lacks a gradient on every rank takes no step. Before each bucket travels the ranks agree
+// on the layout digest, the vote kind and the missing gradients (bucket_agreement.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,7 +23,7 @@
 #include <vector>
 
 #include "collectives/engine/sign/sign_allreduce.h"
-#include "torch_plugin/exact_votes.h"
+#include "torch_plugin/bucket_agreement.h"
 
 namespace pride::torch_plugin {
 
@@ -33,9 +38,14 @@ struct LionHyper {
 
 // backend == nullptr: a world of one (no communication), e.g. no process group, or the G-Lion
 // baseline's local step on already-averaged gradients. Blocks until every bucket is applied.
-// votes: kExact decides per bucket (exact_votes.h); kBinary / kTernary use that kind throughout.
-void distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
+// votes: kExact decides per bucket (bucket_agreement.h); kBinary / kTernary use that kind unless a
+// missing gradient somewhere makes a bucket ternary. grads[i] and momenta[i] may be undefined
+// tensors (no gradient on this rank); momenta[i] must be defined where grads[i] is.
+// Returns false, having applied nothing, when the ranks' layout digests differ: the caller names the
+// difference (every rank returns false together).
+bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
-                           const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements);
+                           const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
+                           uint64_t layout_digest);
 
 }  // namespace pride::torch_plugin

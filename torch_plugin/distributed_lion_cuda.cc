@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
@@ -66,7 +67,10 @@ void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::
                     params.size(), " parameters, ", grads.size(), " gradients and ", momenta.size(),
                     " momentum buffers");
   for (size_t i = 0; i < params.size(); ++i) {
+    TORCH_CHECK_VALUE(!grads[i].defined() || momenta[i].defined(), "pride DistributedLion: parameter ", i,
+                      " has a gradient but no momentum buffer");
     for (const at::Tensor* t : {&params[i], &grads[i], &momenta[i]}) {
+      if (!t->defined()) continue;  // no gradient on this rank
       TORCH_CHECK_VALUE(t->is_cuda() && t->device() == params[0].device(),
                         "pride DistributedLion: every tensor of a step must be on ", params[0].device(), ", got ",
                         t->device());
@@ -82,10 +86,15 @@ void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 struct BucketPlan {
-  SignPlan plan;  // how its result is encoded (exact votes: decided by the worker, binary or ternary)
+  SignPlan plan;  // how its result is encoded (decided with the other ranks: binary or ternary)
   size_t begin = 0, size = 0, nwords = 0;
   size_t vote_offset = 0, plane_offset = 0;  // in words, into the votes / planes buffers
-  size_t first_slice = 0, nslices = 0;       // into each of the two slice tables
+  size_t first_lion = 0, nlion = 0;          // into the lion table: the slices with a gradient here
+  size_t first_apply = 0, napply = 0;        // into the apply table: every slice
+  std::vector<size_t> apply_owner;           // per apply slice: its tensor's index among the bucket's
+  bool lacks_grad = false;                   // some tensor of the bucket has no gradient here
+  BucketInput input;                         // this rank's side of the agreement (bucket_agreement.h)
+  BucketAgreement agreed;
   c10::intrusive_ptr<c10d::Work> work;
 };
 
@@ -110,29 +119,42 @@ void finalize_one_rank(const SignPlan& plan, const uint64_t* votes, size_t nword
   }
 }
 
-void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const SignPlan& plan,
-                     const SignOptions& options, bool adaptive, const LionHyper& hyper, bits::DType dtype,
-                     cudaStream_t stream, std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& slices,
-                     const TensorSlice* lion_table, const TensorSlice* apply_table);
+struct StepPlan {
+  SignPlan binary, ternary;  // the two encodings a bucket may travel in
+  SignOptions options;
+  LionVotes votes;
+  LionHyper hyper;
+  bits::DType dtype;
+  cudaStream_t stream;
+  c10::Device device;
+};
+
+// Returns false (nothing applied) when the ranks' layouts differ.
+bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const StepPlan& step,
+                     std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& lion_slices,
+                     const std::vector<TensorSlice>& apply_slices, const TensorSlice* lion_table,
+                     const TensorSlice* apply_table);
 
 }  // namespace
 
-void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
+bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
-                                LionVotes votes, size_t bucket_elements) {
+                                LionVotes votes, size_t bucket_elements, uint64_t layout_digest) {
   check_tensors(params, grads, momenta);
-  options.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;
-  // A world of one needs no agreement: exact votes are ternary votes there. The ternary plan is also
-  // the larger one, so the buffers below fit whichever kind a bucket ends up with.
-  const bool adaptive = votes == LionVotes::kExact && backend != nullptr;
-  if (params.empty()) return;
+  if (params.empty()) return true;
   const c10::Device device = params[0].device();
   c10::cuda::CUDAGuard device_guard(device);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-  const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "DistributedLion");
-  const size_t elem = bits::dtype_size(dtype);
-  const SignPlan plan = SignPlan::make(backend ? backend->getSize() : 1, options.mode, options.votes);
+  const int nranks = backend ? backend->getSize() : 1;
+  const StepPlan step{SignPlan::make(nranks, options.mode, VoteKind::kBinary),
+                      SignPlan::make(nranks, options.mode, VoteKind::kTernary),
+                      options,
+                      votes,
+                      hyper,
+                      to_sign_dtype(params[0].scalar_type(), "DistributedLion"),
+                      c10::cuda::getCurrentCUDAStream(device.index()).stream(),
+                      device};
+  const size_t elem = bits::dtype_size(step.dtype);
   CudaLionWorkspace::Buffers& ws = workspace.buffers();
   TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride DistributedLion: a workspace serves one device");
   ws.device = device.index();
@@ -145,37 +167,48 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     starts.push_back(total);
     total += round_up(size_t(p.numel()), kWord);
   }
-  if (total == 0) return;
+  if (total == 0) return true;
   bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
 
-  // Buckets and their slices (pieces of at most kSliceElements, words relative to the bucket).
+  // Buckets and their slices (pieces of at most kSliceElements, words relative to the bucket). The
+  // buffers have room for ternary votes and results, whichever kind a bucket ends up with.
+  const size_t result_planes = size_t(std::max(step.binary.result_planes, step.ternary.result_planes));
   std::vector<BucketPlan> buckets;
   std::vector<TensorSlice> lion_slices, apply_slices;
   size_t vote_words = 0, plane_words = 0;
   for (size_t begin = 0; begin < total; begin += bucket_elements) {
     BucketPlan b;
-    b.plan = plan;
     b.begin = begin;
     b.size = std::min(bucket_elements, total - begin);
     b.nwords = bits::words_for(b.size);
     b.vote_offset = vote_words;
     b.plane_offset = plane_words;
-    vote_words += size_t(plan.counters) * b.nwords;
-    plane_words += size_t(plan.result_planes) * b.nwords;
-    b.first_slice = lion_slices.size();
+    vote_words += 2 * b.nwords;
+    plane_words += result_planes * b.nwords;
+    b.first_lion = lion_slices.size();
+    b.first_apply = apply_slices.size();
+    b.input.layout_digest = layout_digest;
     for (size_t i = 0; i < params.size(); ++i) {
       const size_t lo = std::max(begin, starts[i]), hi = std::min(begin + b.size, starts[i] + size_t(params[i].numel()));
+      if (lo >= hi) continue;
+      const bool has = grads[i].defined();
+      b.lacks_grad = b.lacks_grad || !has;
+      const size_t owner = b.input.has_grad.size();
+      b.input.has_grad.push_back(has ? 1 : 0);
       for (size_t flat = lo; flat < hi; flat += bits::cuda::kSliceElements) {
         const size_t offset = flat - starts[i], count = std::min<size_t>(bits::cuda::kSliceElements, hi - flat);
-        const char* g = static_cast<const char*>(grads[i].data_ptr()) + offset * elem;
-        char* m = static_cast<char*>(momenta[i].data_ptr()) + offset * elem;
         char* x = static_cast<char*>(params[i].data_ptr()) + offset * elem;
         const uint64_t word = (flat - begin) / kWord;
-        lion_slices.push_back({g, m, word, uint32_t(count), uint32_t(aligned16(g) && aligned16(m))});
         apply_slices.push_back({nullptr, x, word, uint32_t(count), uint32_t(aligned16(x))});
+        b.apply_owner.push_back(owner);
+        if (!has) continue;  // abstains here and keeps its momentum
+        const char* g = static_cast<const char*>(grads[i].data_ptr()) + offset * elem;
+        char* m = static_cast<char*>(momenta[i].data_ptr()) + offset * elem;
+        lion_slices.push_back({g, m, word, uint32_t(count), uint32_t(aligned16(g) && aligned16(m))});
       }
     }
-    b.nslices = lion_slices.size() - b.first_slice;
+    b.nlion = lion_slices.size() - b.first_lion;
+    b.napply = apply_slices.size() - b.first_apply;
     buckets.push_back(std::move(b));
   }
 
@@ -188,13 +221,13 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     ensure_words(ws.votes_host, vote_words, pinned);
     ensure_words(ws.planes_host, plane_words, pinned);
   }
-  const size_t table_bytes = 2 * lion_slices.size() * sizeof(TensorSlice);
+  const size_t table_bytes = (lion_slices.size() + apply_slices.size()) * sizeof(TensorSlice);
   ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, pinned);
   ensure_words(ws.slices, round_up(table_bytes, 8) / 8, on_device);
   auto* table_host = reinterpret_cast<TensorSlice*>(ws.slices_host.data_ptr<int64_t>());
   std::copy(lion_slices.begin(), lion_slices.end(), table_host);
   std::copy(apply_slices.begin(), apply_slices.end(), table_host + lion_slices.size());
-  C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), table_host, table_bytes, cudaMemcpyHostToDevice, stream));
+  C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), table_host, table_bytes, cudaMemcpyHostToDevice, step.stream));
   const auto* lion_table = reinterpret_cast<const TensorSlice*>(ws.slices.data_ptr<int64_t>());
   const TensorSlice* apply_table = lion_table + lion_slices.size();
   while (ws.packed.size() < buckets.size()) {
@@ -205,9 +238,9 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
 
   // A failure part-way (a launch, or a peer) must not leave bucket tasks queued on the worker that
   // still read and write the workspace: wait for every task that was queued, then rethrow.
+  bool applied = false;
   try {
-    pack_vote_apply(backend, ws, plan, options, adaptive, hyper, dtype, stream, buckets, lion_slices, lion_table,
-                    apply_table);
+    applied = pack_vote_apply(backend, ws, step, buckets, lion_slices, apply_slices, lion_table, apply_table);
   } catch (...) {
     for (BucketPlan& b : buckets) {
       if (!b.work) continue;
@@ -219,52 +252,92 @@ void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     throw;
   }
   if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
-  C10_CUDA_CHECK(cudaEventRecord(ws.last_use, stream));
+  C10_CUDA_CHECK(cudaEventRecord(ws.last_use, step.stream));
+  return applied;
 }
 
 namespace {
 
-void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const SignPlan& plan,
-                     const SignOptions& options, bool adaptive, const LionHyper& hyper, bits::DType dtype,
-                     cudaStream_t stream, std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& slices,
-                     const TensorSlice* lion_table, const TensorSlice* apply_table) {
+// The word ranges of a bucket's slices that voted here (for the abstention check and binary_as_ternary).
+WordRanges voting_ranges(const BucketPlan& b, const std::vector<TensorSlice>& lion_slices) {
+  WordRanges ranges;
+  for (size_t i = b.first_lion; i < b.first_lion + b.nlion; ++i) ranges.emplace_back(lion_slices[i].word, lion_slices[i].count);
+  return ranges;
+}
+
+// The bucket's apply slices of the tensors that some rank has a gradient for, on the device (only
+// built when some tensor has none anywhere: it takes no step, not even weight decay).
+at::Tensor apply_slices_with_grad(const BucketPlan& b, const std::vector<TensorSlice>& apply_slices,
+                                  const c10::Device device, size_t* count) {
+  std::vector<TensorSlice> kept;
+  for (size_t k = 0; k < b.napply; ++k) {
+    if (b.agreed.any_grad[b.apply_owner[k]]) kept.push_back(apply_slices[b.first_apply + k]);
+  }
+  *count = kept.size();
+  const int64_t words = int64_t(round_up(std::max<size_t>(kept.size(), 1) * sizeof(TensorSlice), 8) / 8);
+  at::Tensor host = at::empty({words}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  std::copy(kept.begin(), kept.end(), reinterpret_cast<TensorSlice*>(host.data_ptr<int64_t>()));
+  // Pinned → device on the current stream; torch keeps `host` alive until the copy is done, and the
+  // device copy is freed in stream order after the launch that reads it.
+  return host.to(device, /*non_blocking=*/true);
+}
+
+bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const StepPlan& step,
+                     std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& lion_slices,
+                     const std::vector<TensorSlice>& apply_slices, const TensorSlice* lion_table,
+                     const TensorSlice* apply_table) {
+  const cudaStream_t stream = step.stream;
+  const bool pack_ternary = step.votes != LionVotes::kBinary;
+  // Set by the first bucket that finds the layouts differ; later buckets then send nothing.
+  auto layouts_differ = std::make_shared<std::atomic<bool>>(false);
   // 1 and 2: pack each bucket on the GPU; with a group, send its bits to the worker as soon as they are on the host.
   for (size_t k = 0; k < buckets.size(); ++k) {
     BucketPlan& b = buckets[k];
     uint64_t* votes = words_of(ws.votes) + b.vote_offset;
-    check_launch(bits::cuda::lion_vote_slices(lion_table + b.first_slice, b.nslices, dtype, hyper.beta1, hyper.beta2,
-                                              votes, plan.counters == 2 ? votes + b.nwords : nullptr, stream),
+    // Words of a tensor without a gradient here are written by no slice: they must read as abstentions.
+    if (b.lacks_grad) C10_CUDA_CHECK(cudaMemsetAsync(votes, 0, 2 * b.nwords * 8, stream));
+    check_launch(bits::cuda::lion_vote_slices(lion_table + b.first_lion, b.nlion, step.dtype, step.hyper.beta1,
+                                              step.hyper.beta2, votes, pack_ternary ? votes + b.nwords : nullptr,
+                                              stream),
                  "lion_vote");
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
-    if (backend == nullptr) {
-      finalize_one_rank(plan, votes, b.nwords, planes, stream);
+    if (backend == nullptr) {  // a world of one: its own view is everyone's
+      b.plan = pack_ternary ? step.ternary : step.binary;
+      b.agreed.any_grad = b.input.has_grad;
+      finalize_one_rank(b.plan, votes, b.nwords, planes, stream);
       continue;
     }
     uint64_t* votes_host = words_of(ws.votes_host) + b.vote_offset;
     uint64_t* planes_host = words_of(ws.planes_host) + b.plane_offset;
-    C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, votes, size_t(plan.counters) * b.nwords * 8, cudaMemcpyDeviceToHost,
+    C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, votes, (pack_ternary ? 2 : 1) * b.nwords * 8, cudaMemcpyDeviceToHost,
                                    stream));
     cudaEvent_t packed = ws.packed[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
-    WordRanges ranges;  // the bucket's tensor pieces, for the abstention check
-    if (adaptive) {
-      for (size_t i = b.first_slice; i < b.first_slice + b.nslices; ++i) ranges.emplace_back(slices[i].word, slices[i].count);
-    }
     BucketPlan* bucket = &b;  // `buckets` is not resized while tasks run; the step waits for every one
     // The task holds the pinned buffers too: they live as long as anything may touch them.
-    b.work = backend->run_on_worker("pride:distributed_lion", {}, [packed, votes_host, planes_host, bucket, options,
-                                                                   adaptive, ranges = std::move(ranges),
-                                                                   keep = std::make_pair(ws.votes_host, ws.planes_host)](
-                                                                      Communicator& comm) {
-      (void)keep;
-      C10_CUDA_CHECK(cudaEventSynchronize(packed));
-      if (adaptive) {
-        const bool abstains = any_abstention(votes_host, votes_host + bucket->nwords, ranges);
-        bucket->plan = sign_allreduce_exact(comm, votes_host, bucket->size, options, abstains, planes_host).plan;
-      } else {
-        sign_allreduce_planes(comm, votes_host, bucket->size, options, 0x11, planes_host);
-      }
-    });
+    b.work = backend->run_on_worker(
+        "pride:distributed_lion", {},
+        [packed, votes_host, planes_host, bucket, &step, layouts_differ, ranges = voting_ranges(b, lion_slices),
+         keep = std::make_pair(ws.votes_host, ws.planes_host)](Communicator& comm) {
+          (void)keep;
+          if (layouts_differ->load()) return;
+          C10_CUDA_CHECK(cudaEventSynchronize(packed));
+          if (step.votes == LionVotes::kExact) {
+            bucket->input.wants_ternary = any_abstention(votes_host, votes_host + bucket->nwords, ranges);
+          }
+          if (step.votes == LionVotes::kTernary) bucket->input.wants_ternary = true;
+          bucket->agreed = agree_on_bucket(comm, bucket->input);
+          if (!bucket->agreed.layouts_agree) {
+            layouts_differ->store(true);
+            return;
+          }
+          SignOptions options = step.options;
+          options.votes = bucket->agreed.votes;
+          if (options.votes == VoteKind::kTernary && step.votes == LionVotes::kBinary) {
+            binary_as_ternary(votes_host, votes_host + bucket->nwords, bucket->nwords, ranges);
+          }
+          bucket->plan = sign_allreduce_planes(comm, votes_host, bucket->size, options, 0x11, planes_host).plan;
+        });
   }
 
   // 3: apply each bucket's result as it arrives.
@@ -272,22 +345,37 @@ void pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
     if (b.work) {
       b.work->wait();  // rethrows the engine's error; b.plan is the kind the ranks agreed on
+      if (layouts_differ->load()) {
+        for (BucketPlan& rest : buckets) {
+          if (rest.work) rest.work->wait();  // they return at once, having sent nothing
+        }
+        return false;
+      }
       C10_CUDA_CHECK(cudaMemcpyAsync(planes, words_of(ws.planes_host) + b.plane_offset,
                                      size_t(b.plan.result_planes) * b.nwords * 8, cudaMemcpyHostToDevice, stream));
     }
+    const TensorSlice* table = apply_table + b.first_apply;
+    size_t nslices = b.napply;
+    at::Tensor filtered;
+    if (std::find(b.agreed.any_grad.begin(), b.agreed.any_grad.end(), 0) != b.agreed.any_grad.end()) {
+      filtered = apply_slices_with_grad(b, apply_slices, step.device, &nslices);
+      table = reinterpret_cast<const TensorSlice*>(filtered.data_ptr<int64_t>());
+    }
+    if (nslices == 0) continue;
     const SignPlan& r = b.plan;
     if (r.mode == SignMode::kVote) {
-      check_launch(bits::cuda::apply_vote_slices(apply_table + b.first_slice, b.nslices, dtype, planes,
-                                                 r.has_tie_plane() ? planes + b.nwords : nullptr, hyper.lr,
-                                                 hyper.weight_decay, stream),
+      check_launch(bits::cuda::apply_vote_slices(table, nslices, step.dtype, planes,
+                                                 r.has_tie_plane() ? planes + b.nwords : nullptr, step.hyper.lr,
+                                                 step.hyper.weight_decay, stream),
                    "apply_vote");
     } else {
-      check_launch(bits::cuda::apply_mean_slices(apply_table + b.first_slice, b.nslices, dtype, planes,
-                                                 r.result_planes, b.nwords, r.mean_scale, r.mean_offset, r.nranks,
-                                                 hyper.lr, hyper.weight_decay, stream),
+      check_launch(bits::cuda::apply_mean_slices(table, nslices, step.dtype, planes, r.result_planes, b.nwords,
+                                                 r.mean_scale, r.mean_offset, r.nranks, step.hyper.lr,
+                                                 step.hyper.weight_decay, stream),
                    "apply_mean");
     }
   }
+  return true;
 }
 
 }  // namespace

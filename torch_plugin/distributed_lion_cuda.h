@@ -37,10 +37,11 @@ class CudaLionWorkspace {
   std::unique_ptr<Buffers> buffers_;
 };
 
-// votes as distributed_lion.h: kExact decides per bucket (exact_votes.h), from the packed planes on the host.
-void distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
+// As distributed_lion_step (undefined grads abstain, the layout digest, false when layouts differ);
+// the agreement (bucket_agreement.h) is decided from the packed planes on the host.
+bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
-                                LionVotes votes, size_t bucket_elements);
+                                LionVotes votes, size_t bucket_elements, uint64_t layout_digest);
 
 }  // namespace pride::torch_plugin

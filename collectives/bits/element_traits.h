@@ -1,6 +1,9 @@
 // Scalar element access for the kernels: vote predicates on raw bit patterns and float32 <-> dtype
-// conversion with round-to-nearest-even. Both ISA paths use these for tails, so their results must
-// match the AVX2 instructions bit for bit (including NaN payloads, see f32_to_f16).
+// conversion with round-to-nearest-even. pride's one implementation of the half-precision
+// conversions: the kernels (both ISA paths, whose AVX2 instructions are made to match these bit for
+// bit, NaN included), the CUDA kernels and the standard collectives' float16/bfloat16 reductions all
+// use them. Narrowing follows torch's c10::Half / c10::BFloat16 exactly (tests compare every half and
+// the floats around every rounding boundary), NaN included: a NaN narrows to the canonical quiet NaN.
 //
 // Included only from an ISA translation unit, which defines PRIDE_KERNEL_NS first: code compiled
 // with different -m flags must not share inline symbols, or the linker could hand AVX2 code to the
@@ -71,13 +74,14 @@ PRIDE_HD inline float f16_to_f32(uint16_t h) {
   return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-// Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT: overflow goes to inf,
-// tiny values to subnormals or zero, a NaN keeps the top of its payload and gets the quiet bit.
+// Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT and as torch's
+// c10::Half: overflow goes to inf, tiny values to subnormals or zero. A NaN becomes torch's canonical
+// quiet NaN 0x7E00 with its sign (vcvtps2ph would keep the payload: the AVX2 path blends it away).
 PRIDE_HD inline uint16_t f32_to_f16(float f) {
   const uint32_t u = f32_bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | 0x7E00u | ((a >> 13) & 0x3FFu);
+  if (a > 0x7F800000u) return sign | 0x7E00u;
   if (a >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520: halfway to 2^16 or beyond rounds to inf
   if (a >= 0x38800000u) {                        // normal half: rebias the exponent, round 13 bits away
     const uint32_t m = a - 0x38000000u;

@@ -119,10 +119,17 @@ struct Avx2F16 : Avx2Half16Votes<0x7C00> {
   static __m256 load8(const uint16_t* x) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
   }
-  static void store8(uint16_t* x, __m256 v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(x), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  // vcvtps2ph, except that a NaN becomes the canonical 0x7E00 with its sign (f32_to_f16, torch).
+  static __m128i narrow8(__m256 v) {
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+    const __m128i canonical = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000))),
+                                           _mm_set1_epi16(0x7E00));
+    return _mm_blendv_epi8(h, canonical, nan16);
   }
-  static __m256 round8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
+  static void store8(uint16_t* x, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(x), narrow8(v)); }
+  static __m256 round8(__m256 v) { return _mm256_cvtph_ps(narrow8(v)); }
 };
 
 // ---- Pack ----------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@
 
 #include "backend/common/error.h"
 #include "collectives/engine/standard/collectives.h"
-#include "collectives/engine/standard/half_float.h"
+#define PRIDE_KERNEL_NS test_standard
+#include "collectives/bits/element_traits.h"
+#undef PRIDE_KERNEL_NS
 #include "tests/engine/rank_threads.h"
 
 namespace pride {
@@ -205,12 +207,21 @@ uint8_t pattern(int rank, size_t i) { return static_cast<uint8_t>(i * 131 + size
 
 // ---- float16 / bfloat16 conversions ----------------------------------------------------------------
 
+// pride's one half-precision converter (element_traits.h: kernels, CUDA kernels, the reductions here)
+// against torch's, NaN included.
+namespace half {
+using pride::bits::detail::test_standard::bf16_to_f32;
+using pride::bits::detail::test_standard::f16_to_f32;
+using pride::bits::detail::test_standard::f32_to_bf16;
+using pride::bits::detail::test_standard::f32_to_f16;
+}  // namespace half
+
 TEST(HalfFloat, MatchesTorchOnEveryHalfAndManyFloats) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
-    const float f = half::fp16_to_float(uint16_t(h));
+    const float f = half::f16_to_f32(uint16_t(h));
     const float torch_f = static_cast<float>(c10::Half(uint16_t(h), c10::Half::from_bits()));
     ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(torch_f)) << "fp16 0x" << std::hex << h;
-    ASSERT_EQ(std::bit_cast<uint32_t>(half::bf16_to_float(uint16_t(h))),
+    ASSERT_EQ(std::bit_cast<uint32_t>(half::bf16_to_f32(uint16_t(h))),
               std::bit_cast<uint32_t>(static_cast<float>(c10::BFloat16(uint16_t(h), c10::BFloat16::from_bits()))));
   }
   // Every float whose low 13 bits are near a rounding boundary, plus random ones.
@@ -222,8 +233,8 @@ TEST(HalfFloat, MatchesTorchOnEveryHalfAndManyFloats) {
   for (int k = 0; k < 1000000; ++k) floats.push_back(rng());
   for (uint32_t bits : floats) {
     const float f = std::bit_cast<float>(bits);
-    ASSERT_EQ(half::float_to_fp16(f), c10::Half(f).x) << "float 0x" << std::hex << bits;
-    ASSERT_EQ(half::float_to_bf16(f), c10::BFloat16(f).x) << "float 0x" << std::hex << bits;
+    ASSERT_EQ(half::f32_to_f16(f), c10::Half(f).x) << "float 0x" << std::hex << bits;
+    ASSERT_EQ(half::f32_to_bf16(f), c10::BFloat16(f).x) << "float 0x" << std::hex << bits;
   }
 }
 

@@ -105,6 +105,22 @@ TEST(ApplyCrossIsa, BitIdenticalAcrossIsas) {
   }
 }
 
+// A float16 NaN narrows to torch's canonical quiet NaN with its sign (c10::Half: sign | 0x7E00) on
+// every ISA; F16C's vcvtps2ph alone would keep the payload, which the standard collectives (which
+// round like torch) would not.
+TEST_P(ApplyTest, Float16NanNarrowsToTorchsCanonicalNan) {
+  const std::vector<uint16_t> nans = {0x7C01, 0xFC01, 0x7E55, 0xFD00, 0x7FFF, 0xFFFF, 0x7E00, 0xFE00, 0x7D23};
+  const size_t n = 64 * nans.size() + 5;  // whole AVX2 blocks and a scalar tail
+  std::vector<uint16_t> x(n);
+  for (size_t j = 0; j < n; ++j) x[j] = nans[j % nans.size()];
+  const auto pos = random_plane(n);
+  apply_vote(x.data(), DType::kFloat16, n, pos.data(), nullptr, 0.01, 0.1);
+  for (size_t j = 0; j < n; ++j) {
+    ASSERT_EQ(x[j], (nans[j % nans.size()] & 0x8000) | 0x7E00) << "element " << j << " from 0x" << std::hex
+                                                                << nans[j % nans.size()];
+  }
+}
+
 PRIDE_INSTANTIATE_ISA_TESTS(ApplyTest);
 
 }  // namespace

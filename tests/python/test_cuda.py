@@ -184,7 +184,7 @@ def test_standard_collectives_on_cuda_tensors_3ranks():
     run(_standard_collectives, 3, deadline_s=240)
 
 
-def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes):
+def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=False):
     import torch.distributed as dist
 
     from pride.optim import DistributedLion
@@ -203,18 +203,22 @@ def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes):
     opt_gpu = DistributedLion(params_gpu, bucket_mb=0.1, **kw)  # several buckets
     rank_gen = torch.Generator().manual_seed(99 + rank)
     for step in range(6):
-        for pc, pg in zip(params_cpu, params_gpu):
+        for i, (pc, pg) in enumerate(zip(params_cpu, params_gpu)):
             grad = torch.randn(pc.shape, generator=rank_gen).to(dtype)
             if step == 2:
                 grad[..., :1] = 0.0  # exact zeros take part too
-            pc.grad = grad
-            pg.grad = grad.cuda()
+            # missing gradients: a rank- and step-dependent pattern, and tensor 1 has none anywhere at step 3
+            absent = missing and ((i + rank + step) % 3 == 0 or (i == 1 and step == 3))
+            pc.grad = None if absent else grad
+            pg.grad = None if absent else grad.cuda()
         opt_cpu.step()
         opt_gpu.step()
         for i, (pc, pg) in enumerate(zip(params_cpu, params_gpu)):
             assert _same_bits(pc.detach(), pg.detach().cpu()), f"rank {rank} step {step} tensor {i}: parameters differ"
-            mc, mg = opt_cpu.state[pc]["exp_avg"], opt_gpu.state[pg]["exp_avg"]
-            assert _same_bits(mc, mg.cpu()), f"rank {rank} step {step} tensor {i}: momentum differs"
+            assert ("exp_avg" in opt_cpu.state[pc]) == ("exp_avg" in opt_gpu.state[pg])
+            if "exp_avg" in opt_cpu.state[pc]:
+                mc, mg = opt_cpu.state[pc]["exp_avg"], opt_gpu.state[pg]["exp_avg"]
+                assert _same_bits(mc, mg.cpu()), f"rank {rank} step {step} tensor {i}: momentum differs"
     if world_size > 1:
         # Replicas identical: every rank's parameters equal rank 0's.
         flat = torch.cat([p.detach().float().reshape(-1).cpu() for p in params_gpu])
@@ -235,6 +239,11 @@ def test_distributed_lion_cuda_equals_the_cpu_step_one_process(dtype, mode, vote
 def test_distributed_lion_cuda_equals_the_cpu_step_4ranks(mode, votes):
     run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, deadline_s=300)
     run(_lion_cpu_vs_cuda, 4, torch.bfloat16, mode, votes, deadline_s=300)
+
+
+@pytest.mark.parametrize("mode,votes", [("vote", "exact"), ("mean", "binary")])
+def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_4ranks(mode, votes):
+    run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, True, deadline_s=300)
 
 
 def _global_mode(rank, world_size, store_path):

@@ -248,3 +248,155 @@ def _exact_votes(rank, world, store_path):
 
 def test_default_votes_are_exact_4ranks():
     run(_exact_votes, 4, deadline_s=200)
+
+
+# ---- Missing gradients and layouts: every rank builds the same layout from the parameter list ----
+
+def _missing(step, rank, index, world):
+    """Whether `rank` lacks parameter `index`'s gradient at `step`: a pattern that differs per rank and
+    step, and every fifth step parameter 0 has no gradient on any rank."""
+    if index == 0 and step % 5 == 0:
+        return True
+    return (index * 7 + rank * 3 + step) % 4 == 0
+
+
+def oracle_with_missing(dtype, world, steps, lr, betas, wd, mode, votes):
+    """Simulates every rank with an int32 vote count: present gradients vote sign(c) (exact votes: 0 for
+    c == 0; binary votes: −1 for c == 0), a missing gradient abstains and leaves that rank's momentum
+    alone, and a parameter without a gradient on any rank takes no step (not even weight decay)."""
+    model = make_model(dtype)
+    params = [p.detach().clone() for p in model.parameters()]
+    momenta = [[torch.zeros_like(p) for p in params] for _ in range(world)]
+    b1, b2 = betas
+    for step in range(steps):
+        counts = [torch.zeros(p.shape, dtype=torch.int32) for p in params]
+        anyone = [False] * len(params)
+        for r in range(world):
+            for i, g in enumerate(grads_for(model, r, step)):
+                if _missing(step, r, i, world):
+                    continue
+                anyone[i] = True
+                m = momenta[r][i]
+                c = m.mul(b1) + g.mul(1 - b1)
+                vote = torch.sign(c) if votes == "exact" else torch.where(c > 0, 1, -1)
+                counts[i] += vote.to(torch.int32)
+                momenta[r][i] = m.mul(b2) + g.mul(1 - b2)
+        for i, p in enumerate(params):
+            if not anyone[i]:
+                continue
+            s = counts[i]
+            delta = torch.sign(s).float() if mode == "vote" else (s.float() / float(world)).to(dtype).float()
+            x1 = p.mul(1 - lr * wd)
+            lr_d = torch.tensor(lr, dtype=torch.float32).to(dtype).float()
+            params[i] = (x1.float() - lr_d * delta).to(dtype)
+    return params
+
+
+def _params_sha256(model):
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return torch.tensor(list(h.digest()), dtype=torch.uint8)
+
+
+def _missing_grads(rank, world, store_path):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    steps = 20
+    for mode, votes, dtype in [("vote", "exact", torch.float32), ("mean", "exact", torch.float32),
+                               ("vote", "binary", torch.float32), ("vote", "exact", torch.bfloat16)]:
+        model = make_model(dtype)
+        # small buckets: a bucket holds parts of several tensors, some present here and some not
+        opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes, bucket_mb=2e-4)
+        before0 = list(model.parameters())[0].detach().clone()
+        for step in range(steps):
+            opt.zero_grad(set_to_none=True)
+            for i, (p, g) in enumerate(zip(model.parameters(), grads_for(model, rank, step))):
+                if not _missing(step, rank, i, world):
+                    p.grad = g
+            opt.step()
+            if step == 0:  # parameter 0 had no gradient anywhere: untouched despite weight decay
+                assert torch.equal(list(model.parameters())[0].detach(), before0), (mode, votes)
+        mine = _params_sha256(model)
+        everyone = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(everyone, mine)
+        assert all(torch.equal(everyone[0], e) for e in everyone), f"replicas diverged ({mode}, {votes}, {dtype})"
+        want = oracle_with_missing(dtype, world, steps, 0.01, (0.9, 0.99), 0.05, mode, votes)
+        for i, (p, w) in enumerate(zip(model.parameters(), want)):
+            assert torch.equal(p.detach(), w), f"param {i} differs from the int32 oracle ({mode}, {votes}, {dtype})"
+    dist.destroy_process_group()
+
+
+def test_missing_gradients_abstain_and_replicas_stay_identical_4ranks():
+    run(_missing_grads, 4, deadline_s=300)
+
+
+def _different_models(rank, world, store_path, mode, change):
+    import pride
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    model = make_model(torch.float32)
+    if rank == world - 1 and change == "transposed":
+        # the same number of elements, so the same bucket sizes: only the layout digest can tell
+        model[1].weight = torch.nn.Parameter(torch.randn(17, 5))
+    if rank == 1 and change == "extra":
+        model.append(torch.nn.Linear(5, 5))
+    opt = DistributedLion(model.parameters(), lr=0.01, mode=mode, bucket_mb=2e-4)
+    for p, g in zip(model.parameters(), grads_for(model, rank, 0)):
+        p.grad = g
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"parameter lists differ: parameter (2|6) is") as err:
+        opt.step()
+    if change == "transposed":
+        assert "float32 [5, 17] on cpu (param group 0) on rank 0" in str(err.value)
+        assert f"float32 [17, 5] on cpu (param group 0) on rank {world - 1}" in str(err.value)
+    else:
+        assert "absent on rank 0" in str(err.value)
+    assert all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)), "a parameter moved"
+    # the group is still usable
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world)))
+    del pride
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("mode,change", [("vote", "transposed"), ("mean", "extra"), ("global", "transposed")])
+def test_different_models_fail_on_every_rank(mode, change):
+    run(_different_models, 3, mode, change, deadline_s=120)  # run() raises if any rank did not raise
+
+
+def _global_any_group(rank, world, store_path, backend):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path, backend=backend)
+    # the default group's backend may be anything; a Gloo subgroup from a pride default group too
+    group = dist.new_group(backend="gloo") if backend == "pride" else None
+    model, ref = make_model(torch.float32), make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01, mode="global", group=group)
+    ref_m = [torch.zeros_like(p) for p in ref.parameters()]
+    for step in range(4):
+        gs = [torch.round(g * 8) / 8 for g in grads_for(model, rank, step)]
+        for i, (p, g) in enumerate(zip(model.parameters(), gs)):
+            p.grad = None if _missing(step, rank, i, world) else g
+        opt.step()
+        # the oracle: a missing gradient counts as zeros in the mean; no gradient anywhere, no step
+        cols = [[torch.round(g * 8) / 8 for g in grads_for(model, r, step)] for r in range(world)]
+        with torch.no_grad():
+            for i, (p, m) in enumerate(zip(ref.parameters(), ref_m)):
+                present = [cols[r][i] for r in range(world) if not _missing(step, r, i, world)]
+                if present:
+                    avg = sum(present) / world
+                    plain_lion_step([p], [avg], [m], 0.01, (0.9, 0.99), 0.0)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(a, b)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("backend", ["gloo", "pride"])
+def test_global_mode_works_with_any_group(backend):
+    run(_global_any_group, 2, backend)

@@ -5,7 +5,10 @@
 #include <type_traits>
 
 #include "backend/common/error.h"
-#include "collectives/engine/standard/half_float.h"
+// The kernels' conversions, in a namespace of their own (element_traits.h is included per ISA).
+#define PRIDE_KERNEL_NS standard_reduce
+#include "collectives/bits/element_traits.h"
+#undef PRIDE_KERNEL_NS
 
 namespace pride {
 namespace standard {
@@ -67,8 +70,9 @@ struct HalfOps {
   static T max(T a, T b) { return std::isnan(f(a)) ? a : (std::isnan(f(b)) ? b : (f(a) < f(b) ? b : a)); }
   static T divide(T a, int n) { return h(f(a) / static_cast<float>(n)); }
 };
-using Float16Ops = HalfOps<Float16, half::fp16_to_float, half::float_to_fp16>;
-using BFloat16Ops = HalfOps<BFloat16, half::bf16_to_float, half::float_to_bf16>;
+namespace half = bits::detail::standard_reduce;
+using Float16Ops = HalfOps<Float16, half::f16_to_f32, half::f32_to_f16>;
+using BFloat16Ops = HalfOps<BFloat16, half::bf16_to_f32, half::f32_to_bf16>;
 
 template <typename T>
 struct ComplexOps {

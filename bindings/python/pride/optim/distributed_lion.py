@@ -1,5 +1,7 @@
 """Distributed Lion (Liu et al., NeurIPS 2024, Algorithm 1) over pride's sign-allreduce."""
 
+import hashlib
+
 import torch
 import torch.distributed as dist
 
@@ -26,6 +28,14 @@ class DistributedLion(torch.optim.Optimizer):
     votes="binary" always sends 1 bit per element (an exactly-zero update votes −1: SPEC §2's rule for
     sign_allreduce, which makes such elements drift by lr per step); votes="ternary" always sends both
     planes.
+    Missing gradients: every rank builds the same layout from the parameter list, not from which
+    gradients exist. A parameter whose grad is None on this rank abstains in the vote and keeps its
+    momentum (a rank whose batch did not reach a branch); a parameter whose grad is None on every rank
+    takes no step, not even weight decay, as in torch's optimizers. In mode="global" a missing gradient
+    counts as zeros in the mean. A digest of the layout (shapes, dtypes, order, hyper-parameters) rides
+    on each bucket's agreement: ranks whose parameter lists differ get a ValueError on every rank
+    naming the first differing parameter's index and shape, never a hang or silent divergence.
+    mode="global" averages with torch.distributed over any group (Gloo, NCCL or pride).
     The step is fused in C++: parameters of one dtype and device are handled as one flat buffer in
     buckets of ``bucket_mb`` MiB of parameters (default 4 on CPU, 64 on CUDA), packing one bucket
     while the previous one is on the wire. CUDA parameters are updated by fused kernels on the current
@@ -64,39 +74,76 @@ class DistributedLion(torch.optim.Optimizer):
 
         return _pride_backend(self.group, "optim.DistributedLion")
 
+    def _distributed(self):
+        return dist.is_initialized() and dist.get_world_size(self.group) > 1
+
+    def _layout(self):
+        """What every rank must agree on: each parameter's place, shape, dtype and device type, in order,
+        and each group's hyper-parameters and the optimizer's settings. Gradients play no part."""
+        groups = []
+        for group in self.param_groups:
+            params = tuple((tuple(p.shape), str(p.dtype).replace("torch.", ""), p.device.type) for p in group["params"])
+            hyper = (float(group["lr"]), tuple(float(b) for b in group["betas"]), float(group["weight_decay"]))
+            groups.append((params, hyper))
+        return (self.mode, self.votes, self.bucket_mb, tuple(groups))
+
+    @staticmethod
+    def _digest(layout):
+        return int.from_bytes(hashlib.blake2b(repr(layout).encode(), digest_size=8).digest(), "little")
+
+    def _raise_layout_mismatch(self, layout):
+        """Every rank gets here together: gather the layouts and name the first difference."""
+        everyone = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(everyone, layout, group=self.group)
+        me = dist.get_rank(self.group)
+        raise ValueError(f"DistributedLion (rank {me}): the ranks' parameter lists differ: "
+                         f"{_first_difference(everyone)}; every rank must build the same model and optimizer")
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        backend = self._backend()
+        # G-Lion averages gradients with torch.distributed on whatever group it was given; the voting
+        # modes need pride's sign-allreduce.
+        backend = self._backend() if self.mode != "global" else None
+        layout = self._layout()
+        digest = self._digest(layout)
+        if self.mode == "global" and self._distributed():
+            self._check_layout_global(layout, digest)
         for group in self.param_groups:
+            # The layout comes from the parameter list, not from which gradients exist: a parameter
+            # without a gradient on this rank keeps its place and abstains (its momentum untouched);
+            # one without a gradient on every rank takes no step.
             by_dtype = {}
             for p in group["params"]:
-                if p.grad is None:
-                    continue  # parameters without a gradient take no step (and cast no vote)
-                if p.grad.is_sparse:
+                if p.grad is not None and p.grad.is_sparse:
                     raise RuntimeError("DistributedLion does not support sparse gradients")
                 if p.dtype not in _DTYPES:
                     raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got {p.dtype}")
-                state = self.state[p]
-                if "exp_avg" not in state:
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                if p.grad is not None and "exp_avg" not in self.state[p]:
+                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 by_dtype.setdefault((p.device, p.dtype), []).append(p)
             for (device, dtype), params in by_dtype.items():
-                grads = [p.grad.contiguous() for p in params]
-                momenta = [self.state[p]["exp_avg"] for p in params]
+                grads = [None if p.grad is None else p.grad.contiguous() for p in params]
+                momenta = [self.state[p]["exp_avg"] if p.grad is not None else None for p in params]
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
-                    grads = self._averaged(grads)
+                    grads = self._averaged(grads, params)
+                    for p, g in zip(params, grads):
+                        if g is not None and "exp_avg" not in self.state[p]:
+                            self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                    momenta = [self.state[p]["exp_avg"] if g is not None else None for p, g in zip(params, grads)]
                     target, mode, votes = None, "vote", "ternary"
                 else:
                     target, mode, votes = backend, self.mode, self.votes
-                _C.distributed_lion_step(
+                agreed = _C.distributed_lion_step(
                     target, params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
-                    self._bucket_elements(device, dtype), self._workspace(device, dtype))
+                    self._bucket_elements(device, dtype), digest, self._workspace(device, dtype))
+                if not agreed:
+                    self._raise_layout_mismatch(layout)
         return loss
 
     def _workspace(self, device, dtype):
@@ -113,15 +160,60 @@ class DistributedLion(torch.optim.Optimizer):
         mb = self.bucket_mb if self.bucket_mb is not None else (64.0 if device.type == "cuda" else 4.0)
         return max(64, int(mb * (1 << 20)) // torch.empty(0, dtype=dtype).element_size())
 
-    def _averaged(self, grads):
-        """G-Lion: the mean gradient over the group, all-reduced in float32 (one flat buffer)."""
-        if not dist.is_initialized() or dist.get_world_size(self.group) == 1:
+    def _check_layout_global(self, layout, digest):
+        """G-Lion's layout check: a MAX-allreduce of (d, ~d) returns both intact only if every rank has d."""
+        as_signed = digest - (1 << 64) if digest >= 1 << 63 else digest
+        device = next((p.device for g in self.param_groups for p in g["params"]), torch.device("cpu"))
+        both = torch.tensor([as_signed, ~as_signed], dtype=torch.int64, device=device)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
+        high, low_inverted = both.tolist()
+        if high != ~low_inverted:
+            self._raise_layout_mismatch(layout)
+
+    def _averaged(self, grads, params):
+        """G-Lion: the mean gradient over the group, all-reduced in float32 (one flat buffer). A rank
+        without a parameter's gradient contributes zeros (as DDP does for unused parameters); a
+        parameter without a gradient on every rank gets None: it takes no step."""
+        if not self._distributed():
             return grads
-        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        have = torch.tensor([g is not None for g in grads], dtype=torch.float32, device=params[0].device)
+        flat = torch.cat([(g.reshape(-1).float() if g is not None else
+                           torch.zeros(p.numel(), dtype=torch.float32, device=p.device)) for g, p in zip(grads, params)]
+                         + [have])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         flat /= dist.get_world_size(self.group)
+        anyone = flat[-len(grads):].tolist()
         out, offset = [], 0
-        for g in grads:
-            out.append(flat[offset:offset + g.numel()].view_as(g).to(g.dtype))
-            offset += g.numel()
+        for p, any_grad in zip(params, anyone):
+            out.append(flat[offset:offset + p.numel()].view_as(p).to(p.dtype) if any_grad > 0 else None)
+            offset += p.numel()
         return out
+
+
+def _first_difference(layouts):
+    """Where the gathered layouts first differ, in words: parameter index and shape, or the setting."""
+    names = ("mode", "votes", "bucket_mb")
+    for i, name in enumerate(names):
+        values = {r: lay[i] for r, lay in enumerate(layouts)}
+        if len(set(values.values())) > 1:
+            return f"{name}: " + ", ".join(f"rank {r} {v!r}" for r, v in values.items())
+
+    def flat_params(lay):
+        return [(gi, p) for gi, (params, _) in enumerate(lay[3]) for p in params]
+
+    per_rank = [flat_params(lay) for lay in layouts]
+    for index in range(max(len(ps) for ps in per_rank)):
+        entries = {r: (ps[index] if index < len(ps) else None) for r, ps in enumerate(per_rank)}
+        if len(set(entries.values())) > 1:
+            def describe(e):
+                if e is None:
+                    return "absent"
+                group, (shape, dtype, device) = e
+                return f"{dtype} {list(shape)} on {device} (param group {group})"
+            return f"parameter {index} is " + ", ".join(f"{describe(e)} on rank {r}" for r, e in entries.items())
+    for gi in range(max(len(lay[3]) for lay in layouts)):
+        hypers = {r: (lay[3][gi][1] if gi < len(lay[3]) else None) for r, lay in enumerate(layouts)}
+        if len(set(hypers.values())) > 1:
+            return f"param group {gi}'s (lr, betas, weight_decay) is " + ", ".join(
+                f"{h} on rank {r}" for r, h in hypers.items())
+    return "the ranks' digests differ, but no difference was found in the gathered layouts"
