@@ -367,7 +367,7 @@ def _different_models(rank, world, store_path, mode, change):
 
 @pytest.mark.parametrize("mode,change", [("vote", "transposed"), ("mean", "extra"), ("global", "transposed")])
 def test_different_models_fail_on_every_rank(mode, change):
-    run(_different_models, 3, mode, change, deadline_s=120)  # run() raises if any rank did not raise
+    run(_different_models, 4, mode, change, deadline_s=150)  # run() raises if any rank did not raise
 
 
 def _global_any_group(rank, world, store_path, backend):
