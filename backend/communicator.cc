@@ -31,7 +31,7 @@ constexpr Tag kSequenceMask = (Tag(1) << 24) - 1;
 constexpr uint32_t kFingerprintSlot = Collective::kMaxSlot;
 constexpr size_t kAbortMessageBytes = 512;
 // How often a wait that makes no progress asks whether its peer is still alive.
-constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+constexpr auto kLivenessInterval = Communicator::kLivenessInterval;
 
 Tag collective_tag(uint64_t sequence, uint32_t slot) {
   return ((sequence & kSequenceMask) << kSlotBits) | Tag(slot);
@@ -147,9 +147,9 @@ void Collective::wait(RequestPtr& request) {
     if ((round & 63) == 0) {
       const Clock::time_point now = Clock::now();
       if (now > deadline_) {
-        std::string message = fmt::format("pride {}: timed out after {} ms waiting to {} peer {}", describe(),
-                                          comm_.timeout_.count(), request->is_send() ? "send to" : "receive from",
-                                          request->peer());
+        std::string message = fmt::format("pride {}: timed out waiting to {} peer {} (the group's timeout of {} ms "
+                                          "passed)", describe(), request->is_send() ? "send to" : "receive from",
+                                          request->peer(), comm_.timeout_.count());
         comm_.notify_abort(message);
         throw TimeoutError(message);
       }
@@ -157,8 +157,7 @@ void Collective::wait(RequestPtr& request) {
         next_liveness_check = now + kLivenessInterval;
         // A tag receive is not bound to an endpoint, so UCX never fails it when its sender dies; the
         // endpoint's error (other hosts) or the process table (this host) tells.
-        std::string gone = comm_.transport_->peer_failure(request->peer());
-        if (gone.empty()) gone = comm_.local_peer_gone(request->peer());
+        std::string gone = comm_.peer_gone(request->peer());
         if (!gone.empty()) {
           comm_.await_abort_notice(describe());
           std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
@@ -255,6 +254,12 @@ void Communicator::learn_hosts() {
   for (const auto& [node, rc] : ranks_and_cores) {
     ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
   }
+}
+
+std::string Communicator::peer_gone(int peer) const {
+  if (peer < 0 || peer >= size_) return {};
+  std::string gone = transport_->peer_failure(peer);
+  return gone.empty() ? local_peer_gone(peer) : gone;
 }
 
 std::string Communicator::local_peer_gone(int peer) const {

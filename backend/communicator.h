@@ -120,6 +120,19 @@ class Communicator {
   // After a failure that may have left peers mid-collective, the communicator refuses further work.
   bool broken() const { return !broken_reason_.empty(); }
 
+  // For point-to-point requests that a caller watches itself (torch's send/recv, which the plugin's
+  // worker polls between tasks) with the same failure handling as a collective's wait:
+  // Progresses the transport; throws PeerError, and the group is broken, when a peer sent an abort notice.
+  bool progress_p2p() { return progress_or_throw("point-to-point"); }
+  // Why `peer` is gone (its endpoint failed, or its process on this host exited), empty while it is
+  // there. Cheap enough for every liveness interval, not for every poll.
+  std::string peer_gone(int peer) const;
+  // Gives up on the group after a point-to-point failure or timeout: abort notices to every peer, and
+  // every connection closed before the caller frees the buffers of its pending requests.
+  void abandon(const std::string& reason) { notify_abort(reason); }
+  // How often a long wait checks that its peer is alive.
+  static constexpr std::chrono::milliseconds kLivenessInterval{100};
+
   Workspace& workspace() { return workspace_; }
 
  private:

@@ -47,6 +47,7 @@ void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors[0], opts);
   StagingScope staging(*this, tensor_refs(tensors), "allreduce");
   check_single_tensor(tensors, "allreduce");
   at::Tensor t = tensors[0];
@@ -156,14 +157,20 @@ intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor
                  });
 }
 
+// c10d's layout (as Gloo's): outputs[r][i] receives rank r's inputs[i], one list per rank.
 intrusive_ptr<Work> PrideBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "pride allgather_coalesced: ", outputs.size(),
-                    " output lists for ", inputs.size(), " inputs");
+  TORCH_CHECK_VALUE(int(outputs.size()) == getSize(), "pride allgather_coalesced (rank ", getRank(), "): ",
+                    outputs.size(), " output lists for a group of ", getSize(), " ranks (one list per rank)");
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK_VALUE(outputs[r].size() == inputs.size(), "pride allgather_coalesced (rank ", getRank(),
+                      "): output list ", r, " holds ", outputs[r].size(), " tensors for ", inputs.size(), " inputs");
+  }
   std::vector<c10::intrusive_ptr<Work>> works;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::vector<at::Tensor>> out{outputs[i]};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (const auto& per_rank : outputs) out[0].push_back(per_rank[i]);
     std::vector<at::Tensor> in{inputs[i]};
     works.push_back(allgather(out, in, opts));
   }

@@ -51,7 +51,7 @@ struct PrideBackend::InFlight {
   at::Tensor target;   // the caller's tensor, when staging is a copy of it (recv copies back)
   std::function<void()> deliver;  // recv into a CUDA tensor: the copy back on pride's stream
   RequestPtr request;
-  Clock::time_point deadline;
+  Clock::time_point posted, deadline;
   std::string what;
 };
 
@@ -116,6 +116,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const ch
     ++issued_;
   }
   wake_.notify_one();
+  comm_->transport().wake();  // a worker blocked on the transport's event fd (p2p in flight) too
   return work;
 }
 
@@ -125,13 +126,7 @@ void PrideBackend::worker_loop() {
     Queued next;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (queue_.empty()) {
-        if (in_flight_.empty()) {
-          wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        } else if (idle_rounds > 4096) {  // p2p in flight but nothing moving: nap briefly
-          wake_.wait_for(lock, std::chrono::microseconds(50));
-        }
-      }
+      if (queue_.empty() && in_flight_.empty()) wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty() && stopping_) {
         if (in_flight_.empty()) return;
         abandon_in_flight_ = true;  // the group is going away: unmatched p2p fails now, not at its deadline
@@ -160,15 +155,36 @@ void PrideBackend::worker_loop() {
       }
       if (error || done) next.work->complete(error);
     } else if (!in_flight_.empty()) {
-      idle_rounds = comm_->transport().progress() ? 0 : idle_rounds + 1;
-      if (idle_rounds > 256) sched_yield();
+      // p2p in flight, nothing queued: progress like a collective's wait (an abort notice fails them),
+      // then block on the transport's event fd, which a message or enqueue() ends.
+      bool progressed = false;
+      try {
+        progressed = comm_->progress_p2p();
+      } catch (const std::exception& e) {
+        fail_in_flight(e.what());
+      }
+      idle_rounds = progressed ? 0 : idle_rounds + 1;
+      if (idle_rounds > 64) comm_->transport().wait_for_activity(std::chrono::milliseconds(1));
     }
     poll_in_flight();
   }
 }
 
+// Every in-flight p2p fails with `reason` (an abort notice arrived: the group is broken).
+void PrideBackend::fail_in_flight(const std::string& reason) {
+  for (auto& op : in_flight_) {
+    op->work->complete(to_torch_error(std::make_exception_ptr(
+        PeerError(fmt::format("pride rank {}/{}: {} failed: {}", getRank(), getSize(), op->what, reason)))));
+  }
+  in_flight_.clear();  // the transport was aborted first (progress_p2p): nothing reads these buffers
+}
+
 void PrideBackend::poll_in_flight() {
   const auto now = Clock::now();
+  // Like a collective's wait, a long wait checks its peer every liveness interval: a dead peer is
+  // reported within it, not at the deadline.
+  const bool check_liveness = now >= next_liveness_check_;
+  if (check_liveness) next_liveness_check_ = now + Communicator::kLivenessInterval;
   for (size_t i = 0; i < in_flight_.size();) {
     InFlight& op = *in_flight_[i];
     std::exception_ptr error;
@@ -176,17 +192,28 @@ void PrideBackend::poll_in_flight() {
       error = to_torch_error(std::make_exception_ptr(PeerError(fmt::format(
           "pride rank {}/{}: {} abandoned: the process group was destroyed first", getRank(), getSize(), op.what))));
     } else if (op.request->pending()) {
-      if (now < op.deadline) {
+      std::string gone = check_liveness && now - op.posted >= Communicator::kLivenessInterval
+                             ? comm_->peer_gone(op.request->peer())
+                             : std::string();
+      if (!gone.empty()) {
+        std::string message = fmt::format("pride rank {}/{}: {} failed: peer {} is gone: {}", getRank(), getSize(),
+                                          op.what, op.request->peer(), gone);
+        comm_->abandon(message);  // closes every connection before this op's buffers are freed below
+        error = to_torch_error(std::make_exception_ptr(PeerError(message)));
+      } else if (now < op.deadline) {
         ++i;
         continue;
+      } else {
+        std::string message = fmt::format("pride rank {}/{}: {} timed out after {} ms", getRank(), getSize(), op.what,
+                                          comm_->timeout().count());
+        comm_->abandon(message);  // the pending request must not read or write the buffer freed below
+        error = to_torch_error(std::make_exception_ptr(TimeoutError(message)));
       }
-      error = to_torch_error(std::make_exception_ptr(TimeoutError(fmt::format(
-          "pride rank {}/{}: {} timed out after {} ms", getRank(), getSize(), op.what, comm_->timeout().count()))));
     } else if (op.request->state() == Request::State::kFailed) {
       std::string failure = comm_->transport().peer_failure(op.request->peer());
       error = to_torch_error(std::make_exception_ptr(PeerError(fmt::format(
           "pride rank {}/{}: {} failed: {}", getRank(), getSize(), op.what,
-          failure.empty() ? op.request->error() : "peer failed (" + failure + ")"))));
+          failure.empty() ? op.request->error() : fmt::format("peer {} failed ({})", op.request->peer(), failure)))));
     } else if (!op.request->is_send()) {
       if (op.request->bytes() != nbytes(op.staging)) {
         error = to_torch_error(std::make_exception_ptr(MismatchError(fmt::format(
@@ -264,7 +291,8 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const c
     size_t bytes = nbytes(op->staging);
     op->request = is_send ? comm.p2p_send(peer, uint64_t(tag), data, bytes)
                           : comm.p2p_recv(peer, uint64_t(tag), data, bytes);
-    op->deadline = Clock::now() + comm.timeout();
+    op->posted = Clock::now();
+    op->deadline = op->posted + comm.timeout();
     op->work = c10::intrusive_ptr<PrideWork>::reclaim_copy(&w);
     in_flight_.push_back(std::make_unique<InFlight>(std::move(*op)));
     return false;

@@ -74,6 +74,10 @@ class PrideBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // torch.distributed.monitored_barrier (monitored_barrier.cc): blocks; names the ranks that did not come.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
+  // allreduce of a sparse COO tensor (sparse_allreduce.cc); allreduce() sends sparse tensors here.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(at::Tensor t, const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
@@ -112,6 +116,7 @@ class PrideBackend : public c10d::Backend {
                                          Task task, std::shared_ptr<DeviceCompletion> device = nullptr);
   void worker_loop();
   void poll_in_flight();
+  void fail_in_flight(const std::string& reason);
   struct InFlight;
   c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer, int tag);
   c10::intrusive_ptr<c10d::Work> sign_allreduce_cuda(at::Tensor& tensor, SignOptions options);
@@ -130,6 +135,8 @@ class PrideBackend : public c10d::Backend {
   std::map<std::string, TrafficCounters> traffic_snapshot_;
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // worker thread only
   bool abandon_in_flight_ = false;                     // worker thread only
+  Clock::time_point next_liveness_check_{};            // worker thread only
+  std::atomic<uint64_t> monitored_barriers_{0};        // tags the messages of each monitoredBarrier call
   std::thread worker_;
   struct CudaStreams;  // pride's stream per device (cuda_ordering.cc's builds only)
   std::unique_ptr<CudaStreams> cuda_streams_;

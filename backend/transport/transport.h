@@ -65,6 +65,9 @@ class Transport {
   // it instead of spinning, so that ranks sharing a core run instead of polling each other. May
   // return early (spurious wake-ups are allowed); the default just sleeps.
   virtual void wait_for_activity(std::chrono::microseconds max_wait);
+  // Ends a wait_for_activity() in progress on another thread early (or the next one, if none is in
+  // progress). The one call that may come from any thread.
+  virtual void wake() {}
 
   // Non-empty when the transport has seen `peer` fail (connection reset, process gone).
   virtual std::string peer_failure(int peer) const = 0;

@@ -323,6 +323,11 @@ void UcxTransport::wait_for_activity(std::chrono::microseconds max_wait) {
   ppoll(&fd, 1, &timeout, nullptr);  // EINTR or a timeout: the caller progresses and checks again
 }
 
+void UcxTransport::wake() {
+  // ucp_worker_signal writes the worker's wake-up fd: safe from any thread, even on a single-threaded worker.
+  if (event_fd_ >= 0) ucp_worker_signal(worker_);
+}
+
 std::unique_ptr<Transport> make_ucx_transport(int rank, int size, Store& store,
                                               const std::vector<bool>& watched_locally) {
   return std::make_unique<UcxTransport>(rank, size, store, watched_locally);

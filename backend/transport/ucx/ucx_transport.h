@@ -32,6 +32,7 @@ class UcxTransport final : public Transport {
   RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) override;
   bool progress() override;
   void wait_for_activity(std::chrono::microseconds max_wait) override;
+  void wake() override;
   std::string peer_failure(int peer) const override;
   std::string route(int peer) const override;
   void abort() override;
