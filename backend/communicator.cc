@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 
@@ -286,6 +287,11 @@ void Communicator::post_abort_receive() {
 }
 
 bool Communicator::progress_or_throw(const std::string& context) {
+  if (abort_requested_.load()) {
+    std::string message = fmt::format("pride {}: the process group was aborted", context);
+    broken_reason_ = message;
+    throw PeerError(message);
+  }
   bool progressed = transport_->progress();
   if (abort_receive_ && !abort_receive_->pending()) {
     std::string reason(abort_buffer_.data(), strnlen(abort_buffer_.data(), abort_receive_->bytes()));
@@ -386,6 +392,32 @@ RequestPtr Communicator::p2p_send(int peer, uint64_t user_tag, const void* buf, 
 RequestPtr Communicator::p2p_recv(int peer, uint64_t user_tag, void* buf, size_t bytes) {
   PRIDE_CHECK_ARG(user_tag < kP2pBit, "tag {} is too large", user_tag);
   return transport_->irecv(peer, kP2pBit | user_tag, buf, bytes);
+}
+
+void Communicator::close(std::chrono::milliseconds patience) {
+  if (broken()) return;  // a failed group closed its connections already
+  constexpr Tag kGoodbyeTag = kControlTag | 1;
+  transport_->expect_close();  // a peer that got every goodbye first closes while this rank still waits
+  std::vector<uint8_t> goodbyes(size_t(size_), 0);
+  uint8_t mine = 1;
+  std::vector<RequestPtr> requests;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    requests.push_back(transport_->irecv(p, kGoodbyeTag, &goodbyes[size_t(p)], 1));
+    requests.push_back(transport_->isend(p, kGoodbyeTag, &mine, 1));
+  }
+  const auto deadline = Clock::now() + patience;
+  for (auto& r : requests) {
+    while (r->pending() && Clock::now() < deadline && !abort_requested_.load()) {
+      if (!transport_->progress()) transport_->wait_for_activity(std::chrono::milliseconds(1));
+    }
+  }
+  const auto late = std::count_if(requests.begin(), requests.end(), [](const RequestPtr& r) { return r->pending(); });
+  if (late > 0) log().debug("rank {}: closing with {} goodbye messages unanswered", rank_, late);
+  requests.clear();  // cancels what is still pending
+  abort_receive_.reset();
+  broken_reason_ = fmt::format("rank {}/{}: the process group was destroyed", rank_, size_);
+  transport_->close();
 }
 
 void Communicator::p2p_wait(RequestPtr& request, const std::string& what) {

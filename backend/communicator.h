@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -130,6 +131,15 @@ class Communicator {
   // Gives up on the group after a point-to-point failure or timeout: abort notices to every peer, and
   // every connection closed before the caller frees the buffers of its pending requests.
   void abandon(const std::string& reason) { notify_abort(reason); }
+  // The normal end of the group (torch's destroy_process_group): tells every peer this rank is done and
+  // waits up to `patience` for theirs, so that no rank closes its connections while another still reads
+  // them, then closes them. A peer's connection closing is expected from then on, not reported; a peer
+  // that never says goodbye (gone, or not ending the group) only costs the wait. Refuses work afterwards.
+  void close(std::chrono::milliseconds patience);
+  // torch's abort path, from any thread: the wait in progress (and every later one) throws PeerError;
+  // the thread that runs the collectives then calls abandon() to notify the peers and close everything.
+  void request_abort() { abort_requested_.store(true); }
+  bool abort_requested() const { return abort_requested_.load(); }
   // How often a long wait checks that its peer is alive.
   static constexpr std::chrono::milliseconds kLivenessInterval{100};
 
@@ -169,6 +179,7 @@ class Communicator {
   std::array<char, 512> abort_notice_{};
   RequestPtr abort_receive_;
   bool aborting_ = false;
+  std::atomic<bool> abort_requested_{false};
   Workspace workspace_;
 };
 

@@ -4,6 +4,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+
 #ifdef PRIDE_WITH_CUDA_TENSORS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -83,7 +85,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_cuda(at::Tensor& ten
 
 PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), timeout_(timeout) {
   Communicator::Options options;
   options.timeout = timeout;
   comm_ = std::make_unique<Communicator>(wrap_c10d_store(store), rank, size, options);
@@ -91,13 +93,51 @@ PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   worker_ = std::thread([this] { worker_loop(); });
 }
 
-PrideBackend::~PrideBackend() {
+PrideBackend::~PrideBackend() { stop_worker(); }
+
+void PrideBackend::stop_worker() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  comm_->transport().wake();
+  if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> PrideBackend::getBackendOptions() {
+  return c10::make_intrusive<Options>("pride", timeout_);
+}
+
+void PrideBackend::shutdown() {
+  std::call_once(ended_, [this] {
+    // Up to the group's timeout for the peers' goodbyes, and never more than 30 s: a rank that does not
+    // end the group (it crashed, or still works) only delays this one.
+    const auto patience = std::min(timeout_, std::chrono::milliseconds(30000));
+    c10::intrusive_ptr<c10d::Work> goodbye;
+    try {
+      goodbye = run_on_worker("pride:shutdown", {}, [patience](Communicator& comm) { comm.close(patience); });
+      goodbye->wait();
+    } catch (const std::exception&) {
+      // The group had failed: its connections are closed already, and the failure was reported then.
+    }
+    stop_worker();
+  });
+}
+
+void PrideBackend::abort() {
+  std::call_once(ended_, [this] {
+    std::deque<Queued> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      aborting_ = true;
+      dropped.swap(queue_);
+    }
+    comm_->request_abort();  // the collective in progress on the worker throws at its next poll
+    const std::string message = fmt::format("pride rank {}/{}: the process group was aborted", getRank(), getSize());
+    for (Queued& q : dropped) q.work->complete(to_torch_error(std::make_exception_ptr(PeerError(message))));
+    stop_worker();  // the worker tells the peers and closes every connection on its way out
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const char* name,
@@ -128,6 +168,12 @@ void PrideBackend::worker_loop() {
       std::unique_lock<std::mutex> lock(mutex_);
       if (queue_.empty() && in_flight_.empty()) wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty() && stopping_) {
+        if (aborting_) {
+          lock.unlock();
+          fail_in_flight("the process group was aborted");
+          comm_->abandon(fmt::format("pride rank {}/{}: the process group was aborted", getRank(), getSize()));
+          return;
+        }
         if (in_flight_.empty()) return;
         abandon_in_flight_ = true;  // the group is going away: unmatched p2p fails now, not at its deadline
       }

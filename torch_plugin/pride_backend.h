@@ -40,6 +40,12 @@ class PrideBackend : public c10d::Backend {
   ~PrideBackend() override;
 
   const std::string getBackendName() const override { return "pride"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  // destroy_process_group(): queued work finishes, the ranks say goodbye, connections close quietly.
+  void shutdown() override;
+  // torch's abort path: the collective in progress and everything queued fail now, the peers are told,
+  // every connection closes. Callable from any thread, even while a collective hangs.
+  void abort() override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
@@ -137,6 +143,10 @@ class PrideBackend : public c10d::Backend {
   bool abandon_in_flight_ = false;                     // worker thread only
   Clock::time_point next_liveness_check_{};            // worker thread only
   std::atomic<uint64_t> monitored_barriers_{0};        // tags the messages of each monitoredBarrier call
+  std::chrono::milliseconds timeout_;
+  bool aborting_ = false;                              // under mutex_: abort() was called
+  std::once_flag ended_;                               // shutdown() or abort(), whichever comes first
+  void stop_worker();
   std::thread worker_;
   struct CudaStreams;  // pride's stream per device (cuda_ordering.cc's builds only)
   std::unique_ptr<CudaStreams> cuda_streams_;

@@ -80,6 +80,11 @@ class Transport {
   // failed collective has unwound. Sends fail from then on; receives still posted are cancelled by
   // destroying their requests.
   virtual void abort() = 0;
+
+  // The normal end (Communicator::close). expect_close(): the group is ending, so a peer's connection
+  // closing is expected from now on, not a failure to report. close(): flush-closes every connection.
+  virtual void expect_close() {}
+  virtual void close() {}
 };
 
 // Builds the UCX transport: creates a worker, publishes its address in the store and connects to

@@ -1,5 +1,8 @@
 """Point-to-point with tags, async operations in flight, subgroups, and the Horovod-style helpers."""
 
+import time
+
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -94,3 +97,52 @@ def _async_and_subgroups(rank, world, store_path):
 
 def test_async_subgroups_and_horovod_helpers():
     run(_async_and_subgroups, 4)
+
+
+# ---- c10d lifecycle (issue 11): shutdown and abort ----
+
+def _staggered_end(rank, world, store_path):
+    init_group(rank, world, store_path)
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    assert dist.get_backend() == "pride"
+    opts = dist.group.WORLD._get_backend(torch.device("cpu")).options
+    assert opts.backend == "pride", opts.backend
+    time.sleep(0.4 * rank)  # the ranks end the group at different times, as hosts of a real job do
+    dist.destroy_process_group()
+    time.sleep(1.5)  # alive a while after: a peer's late close must not be reported as a failure
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_destroy_process_group_ends_quietly(transport, capfd):
+    env = {"PRIDE_SHARED_MEMORY": "0"} if transport == "tcp" else {}
+    run(_staggered_end, 4, env=env, deadline_s=90)
+    err = capfd.readouterr().err
+    assert "UCX reports" not in err and "warning" not in err.lower(), err[-3000:]
+
+
+def _abort_hung_collective(rank, world, store_path):
+    import threading
+
+    from torch.distributed.distributed_c10d import _abort_process_group
+
+    init_group(rank, world, store_path, timeout_s=60)
+    dist.all_reduce(torch.ones(4))
+    if rank == 1:
+        time.sleep(6)  # never joins the next collective
+        return
+    # rank 0's all_reduce waits for rank 1; abort() from another thread must end it at once
+    timer = threading.Timer(1.0, _abort_process_group)
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(Exception, match="aborted") as err:
+        dist.all_reduce(torch.ones(4))
+    elapsed = time.monotonic() - start
+    assert elapsed < 5, f"abort took {elapsed:.1f} s: {err.value}"
+    assert "rank 0/2" in str(err.value), str(err.value)
+    timer.join()
+
+
+def test_abort_ends_a_hung_collective():
+    outcome = run(_abort_hung_collective, 2, deadline_s=60, expect_failures=True)
+    assert outcome[0] is None, outcome[0]

@@ -33,6 +33,8 @@ class UcxTransport final : public Transport {
   bool progress() override;
   void wait_for_activity(std::chrono::microseconds max_wait) override;
   void wake() override;
+  void expect_close() override { closing_ = true; }
+  void close() override { close_endpoints(); }
   std::string peer_failure(int peer) const override;
   std::string route(int peer) const override;
   void abort() override;
