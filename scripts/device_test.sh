@@ -7,7 +7,7 @@
 #   bash scripts/device_test.sh [--files DIR] [--out DIR] [--jobs N] [--suite all|ctest|pytest|gpu]
 #                               [--bench] [--ctest-regex R] [--pytest-k EXPR]
 #
-#   --files DIR     wheels to install (default .whl): libucx-cu13, lion-pytorch
+#   --files DIR     wheels to install (default .whl): libucx-cu13, lion-pytorch, expecttest
 #   --out DIR       where the logs and the summary go (default $OUT when set, else build/device-results)
 #   --suite S       all (default), ctest, pytest, or gpu (only the tests labelled/marked gpu)
 #   --bench         also run the GPU benchmarks (scripts/device_bench.sh) after the tests

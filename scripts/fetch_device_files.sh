@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches, on a machine with network access, what scripts/device_test.sh installs on a GPU machine that
 # has none: the libucx-cu13 wheel (UCX 1.22 with cuda_copy/cuda_ipc, headers included) and the pure-Python
-# packages the tests compare against (lion-pytorch). Wheels for the GPU machine's Python (default 3.12).
+# packages the tests compare against (lion-pytorch) or need (expecttest, for torch's own distributed test suite). Wheels for the GPU machine's Python (default 3.12).
 #
 #   bash scripts/fetch_device_files.sh [--python 3.12] [--dir .whl]
 #
@@ -26,5 +26,5 @@ done
 # Binary wheels for the target interpreter; --no-deps: the GPU machine's image has torch and the rest.
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
   "${platforms[@]}" -d "$DIR" "libucx-cu13==1.22.*"
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" -d "$DIR" "lion-pytorch==0.2.5"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" -d "$DIR" "lion-pytorch==0.2.5" "expecttest==0.3.0"
 ls -la "$DIR"
