@@ -30,9 +30,10 @@ if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$
   PIP_CONSTRAINT=/dev/null "$py" -m pip install -q --disable-pip-version-check "torch==$version" numpy pytest scikit-build-core pybind11 \
     cmake ninja tqdm matplotlib scikit-learn lion-pytorch==0.2.5 expecttest==0.3.0 >"$dir/pip.log" 2>&1 || { tail -20 "$dir/pip.log"; exit 1; }
 fi
-# torch's own distributed test suite (tests/python/test_torch_suite.py) needs expecttest; venvs made
-# before it joined the list get it here.
-"$py" -c "import expecttest" 2>/dev/null || "$py" -m pip install -q --disable-pip-version-check expecttest==0.3.0
+# Test requirements that joined the list after a venv was made (expecttest for torch's own distributed
+# test suite, lion-pytorch as the optimizer's reference) are added here.
+"$py" -c "import expecttest, lion_pytorch" 2>/dev/null ||
+  "$py" -m pip install -q --disable-pip-version-check --no-deps expecttest==0.3.0 lion-pytorch==0.2.5
 echo "check_torch_compat: building pride against torch $("$py" -c 'import torch; print(torch.__version__)')"
 # --no-deps: installing pride must not let pip re-resolve torch (a constraint could swap it for another release).
 CMAKE_BUILD_PARALLEL_LEVEL="${PRIDE_BUILD_JOBS:-$(nproc)}" "$py" -m pip install -q --disable-pip-version-check \

@@ -106,8 +106,9 @@ def _staggered_end(rank, world, store_path):
     x = torch.ones(1000)
     dist.all_reduce(x)
     assert dist.get_backend() == "pride"
-    opts = dist.group.WORLD._get_backend(torch.device("cpu")).options
-    assert opts.backend == "pride", opts.backend
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    if hasattr(backend, "options"):  # torch 2.14 binds getBackendOptions(); 2.11 does not
+        assert backend.options.backend == "pride", backend.options.backend
     time.sleep(0.4 * rank)  # the ranks end the group at different times, as hosts of a real job do
     dist.destroy_process_group()
     time.sleep(1.5)  # alive a while after: a peer's late close must not be reported as a failure
