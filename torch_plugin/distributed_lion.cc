@@ -137,7 +137,6 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
         if (!b->agreed.layouts_agree) return;
         o.votes = b->agreed.votes;
       } else {  // a world of one: its own view is everyone's
-        b->agreed.votes = b->input.wants_ternary ? VoteKind::kTernary : VoteKind::kBinary;
         b->agreed.any_grad = b->input.has_grad;
         o.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;
       }

@@ -170,8 +170,9 @@ void PrideBackend::worker_loop() {
       if (queue_.empty() && stopping_) {
         if (aborting_) {
           lock.unlock();
-          fail_in_flight("the process group was aborted");
+          // Notices out and connections closed first: only then may the in-flight buffers go.
           comm_->abandon(fmt::format("pride rank {}/{}: the process group was aborted", getRank(), getSize()));
+          fail_in_flight("the process group was aborted");
           return;
         }
         if (in_flight_.empty()) return;
@@ -222,7 +223,7 @@ void PrideBackend::fail_in_flight(const std::string& reason) {
     op->work->complete(to_torch_error(std::make_exception_ptr(
         PeerError(fmt::format("pride rank {}/{}: {} failed: {}", getRank(), getSize(), op->what, reason)))));
   }
-  in_flight_.clear();  // the transport was aborted first (progress_p2p): nothing reads these buffers
+  in_flight_.clear();  // callers closed the transport first: nothing reads these buffers any more
 }
 
 void PrideBackend::poll_in_flight() {

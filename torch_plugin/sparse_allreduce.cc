@@ -27,13 +27,13 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::allreduce_sparse(at::Tensor t, cons
 
     std::vector<int64_t> counts(n);
     pride::allgather(comm, &nnz, sizeof nnz, counts.data());
+    // Every rank's entries have the same dense shape (the tensors' sizes match).
+    int64_t dense = 1;
+    for (int64_t d = in.sparse_dim(); d < in.dim(); ++d) dense *= in.size(d);
     std::vector<size_t> index_bytes(n), value_bytes(n);
     int64_t total = 0;
     for (size_t r = 0; r < n; ++r) {
       index_bytes[r] = size_t(counts[r]) * size_t(in.sparse_dim()) * sizeof(int64_t);
-      // every rank's values have the same dense shape (the tensors' sizes match)
-      int64_t dense = 1;
-      for (int64_t d = in.sparse_dim(); d < in.dim(); ++d) dense *= in.size(d);
       value_bytes[r] = size_t(counts[r] * dense) * values.element_size();
       total += counts[r];
     }

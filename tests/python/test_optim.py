@@ -71,29 +71,6 @@ def test_ternary_votes_give_torch_sign_semantics():
         DistributedLion([p], mode="majority")
 
 
-def oracle_steps(dtype, world, steps, lr, betas, wd, mode):
-    """Simulates every rank: its own momentum, its binary vote, the aggregate, the shared update."""
-    model = make_model(dtype)
-    params = [p.detach().clone() for p in model.parameters()]
-    momenta = [[torch.zeros_like(p) for p in params] for _ in range(world)]
-    b1, b2 = betas
-    for step in range(steps):
-        votes_sum = [torch.zeros(p.shape, dtype=torch.int32) for p in params]
-        for r in range(world):
-            for i, g in enumerate(grads_for(model, r, step)):
-                m = momenta[r][i]
-                c = m.mul(b1) + g.mul(1 - b1)
-                votes_sum[i] += torch.where(c > 0, 1, -1).to(torch.int32)
-                momenta[r][i] = m.mul(b2) + g.mul(1 - b2)
-        for i, p in enumerate(params):
-            s = votes_sum[i]
-            delta = torch.sign(s).float() if mode == "vote" else (s.float() / float(world)).to(dtype).float()
-            x1 = p.mul(1 - lr * wd)
-            lr_d = torch.tensor(lr, dtype=torch.float32).to(dtype).float()  # as torch's add_(alpha=-lr)
-            params[i] = (x1.float() - lr_d * delta).to(dtype)
-    return params
-
-
 def _replicas(rank, world, store_path, mode, dtype):
     from pride.optim import DistributedLion
 
@@ -260,10 +237,11 @@ def _missing(step, rank, index, world):
     return (index * 7 + rank * 3 + step) % 4 == 0
 
 
-def oracle_with_missing(dtype, world, steps, lr, betas, wd, mode, votes):
-    """Simulates every rank with an int32 vote count: present gradients vote sign(c) (exact votes: 0 for
-    c == 0; binary votes: −1 for c == 0), a missing gradient abstains and leaves that rank's momentum
-    alone, and a parameter without a gradient on any rank takes no step (not even weight decay)."""
+def oracle_steps(dtype, world, steps, lr, betas, wd, mode, votes="binary", missing=lambda step, rank, index, world: False):
+    """Simulates every rank: its own momentum, its vote, the int32 count, the shared update. Present
+    gradients vote sign(c) (exact votes: 0 for c == 0; binary votes: −1 for c == 0); a gradient for
+    which missing(step, rank, index, world) holds abstains and leaves that rank's momentum alone, and a
+    parameter without a gradient on any rank takes no step (not even weight decay)."""
     model = make_model(dtype)
     params = [p.detach().clone() for p in model.parameters()]
     momenta = [[torch.zeros_like(p) for p in params] for _ in range(world)]
@@ -273,7 +251,7 @@ def oracle_with_missing(dtype, world, steps, lr, betas, wd, mode, votes):
         anyone = [False] * len(params)
         for r in range(world):
             for i, g in enumerate(grads_for(model, r, step)):
-                if _missing(step, r, i, world):
+                if missing(step, r, i, world):
                     continue
                 anyone[i] = True
                 m = momenta[r][i]
@@ -287,7 +265,7 @@ def oracle_with_missing(dtype, world, steps, lr, betas, wd, mode, votes):
             s = counts[i]
             delta = torch.sign(s).float() if mode == "vote" else (s.float() / float(world)).to(dtype).float()
             x1 = p.mul(1 - lr * wd)
-            lr_d = torch.tensor(lr, dtype=torch.float32).to(dtype).float()
+            lr_d = torch.tensor(lr, dtype=torch.float32).to(dtype).float()  # as torch's add_(alpha=-lr)
             params[i] = (x1.float() - lr_d * delta).to(dtype)
     return params
 
@@ -324,7 +302,7 @@ def _missing_grads(rank, world, store_path):
         everyone = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(everyone, mine)
         assert all(torch.equal(everyone[0], e) for e in everyone), f"replicas diverged ({mode}, {votes}, {dtype})"
-        want = oracle_with_missing(dtype, world, steps, 0.01, (0.9, 0.99), 0.05, mode, votes)
+        want = oracle_steps(dtype, world, steps, 0.01, (0.9, 0.99), 0.05, mode, votes, _missing)
         for i, (p, w) in enumerate(zip(model.parameters(), want)):
             assert torch.equal(p.detach(), w), f"param {i} differs from the int32 oracle ({mode}, {votes}, {dtype})"
     dist.destroy_process_group()

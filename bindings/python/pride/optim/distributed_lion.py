@@ -122,22 +122,16 @@ class DistributedLion(torch.optim.Optimizer):
                     raise RuntimeError("DistributedLion does not support sparse gradients")
                 if p.dtype not in _DTYPES:
                     raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got {p.dtype}")
-                if p.grad is not None and "exp_avg" not in self.state[p]:
-                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 by_dtype.setdefault((p.device, p.dtype), []).append(p)
             for (device, dtype), params in by_dtype.items():
                 grads = [None if p.grad is None else p.grad.contiguous() for p in params]
-                momenta = [self.state[p]["exp_avg"] if p.grad is not None else None for p in params]
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
                     grads = self._averaged(grads, params)
-                    for p, g in zip(params, grads):
-                        if g is not None and "exp_avg" not in self.state[p]:
-                            self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                    momenta = [self.state[p]["exp_avg"] if g is not None else None for p, g in zip(params, grads)]
                     target, mode, votes = None, "vote", "ternary"
                 else:
                     target, mode, votes = backend, self.mode, self.votes
+                momenta = [self._momentum(p) if g is not None else None for p, g in zip(params, grads)]
                 agreed = _C.distributed_lion_step(
                     target, params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
@@ -145,6 +139,13 @@ class DistributedLion(torch.optim.Optimizer):
                 if not agreed:
                     self._raise_layout_mismatch(layout)
         return loss
+
+    def _momentum(self, p):
+        """p's momentum, created (zeros) the first time p has a gradient to step with."""
+        state = self.state[p]
+        if "exp_avg" not in state:
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        return state["exp_avg"]
 
     def _workspace(self, device, dtype):
         if device.type != "cuda":
