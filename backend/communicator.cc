@@ -29,7 +29,10 @@ namespace {
 constexpr Tag kP2pBit = Tag(1) << 46;
 constexpr int kSlotBits = 22;
 constexpr Tag kSequenceMask = (Tag(1) << 24) - 1;
-constexpr uint32_t kFingerprintSlot = Collective::kMaxSlot;
+// The fingerprint check's slots, above every algorithm's: round k of the check uses the first plus k,
+// the exchange that names a mismatch the last.
+constexpr uint32_t kFingerprintSlot = Collective::kMaxSlot + 1;
+constexpr uint32_t kMismatchSlot = Collective::kMaxSlot + Collective::kControlSlots;
 constexpr size_t kAbortMessageBytes = 512;
 // How often a wait that makes no progress asks whether its peer is still alive.
 constexpr auto kLivenessInterval = Communicator::kLivenessInterval;
@@ -68,8 +71,28 @@ HostEntry parse_host_entry(std::string_view text) {
   return e;
 }
 
-std::string fingerprint_text(const Fingerprint& f) {
+// `describe` prints a call, the describer of this rank's own call (the other rank's call may be a
+// different collective, so the describer must know them all; the engine's does).
+std::string fingerprint_text(const Fingerprint& f, std::string (*describe)(const Fingerprint&)) {
+  if (describe != nullptr) return describe(f);
   return fmt::format("#{} op {} dtype {} numel {} detail {:#x}", f.sequence, f.op, f.dtype, f.numel, f.detail);
+}
+
+// What travels of a fingerprint: its four words (not the describer).
+using FingerprintWords = std::array<uint64_t, 4>;
+
+FingerprintWords fingerprint_words(const Fingerprint& f) {
+  return {f.sequence, uint64_t(f.op) << 32 | f.dtype, f.numel, f.detail};
+}
+
+Fingerprint from_words(const FingerprintWords& w) {
+  Fingerprint f;
+  f.sequence = w[0];
+  f.op = uint32_t(w[1] >> 32);
+  f.dtype = uint32_t(w[1]);
+  f.numel = w[2];
+  f.detail = w[3];
+  return f;
 }
 
 }  // namespace
@@ -227,6 +250,11 @@ void Communicator::learn_hosts() {
   if (ec || pid_ns.empty()) pid_ns = "unknown";
   const std::string entry = fmt::format("{} {} {} {}", host_topology().cores, long(getpid()), pid_ns, host);
   store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(entry.begin(), entry.end()));
+  // One gather (a wait and a multi-get, a round trip each on torch's TCPStore), not one read per rank.
+  std::vector<std::string> keys;
+  keys.reserve(size_t(size_));
+  for (int r = 0; r < size_; ++r) keys.push_back("host/" + std::to_string(r));
+  const std::vector<std::vector<uint8_t>> entries = store_->multi_get(keys);
   std::map<std::string, int> node_ids;
   std::map<int, std::pair<int, int>> ranks_and_cores;  // per node
   node_of_rank_.assign(size_t(size_), 0);
@@ -234,7 +262,7 @@ void Communicator::learn_hosts() {
   local_rank_ = 0;
   local_size_ = 0;
   for (int r = 0; r < size_; ++r) {
-    auto v = store_->get("host/" + std::to_string(r));
+    const auto& v = entries[size_t(r)];
     const HostEntry entry_r = parse_host_entry(std::string_view(reinterpret_cast<const char*>(v.data()), v.size()));
     const int cores = std::max(1, entry_r.cores);
     const long pid = entry_r.pid;
@@ -252,6 +280,10 @@ void Communicator::learn_hosts() {
     }
   }
   num_nodes_ = int(node_ids.size());
+  local_process_of_rank_.resize(size_t(size_));
+  for (int r = 0; r < size_; ++r) {
+    if (local_pid_of_rank_[size_t(r)] != 0) local_process_of_rank_[size_t(r)] = ProcessWatch(pid_t(local_pid_of_rank_[size_t(r)]));
+  }
   for (const auto& [node, rc] : ranks_and_cores) {
     ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
   }
@@ -273,8 +305,8 @@ std::string Communicator::local_peer_gone(int peer) const {
     if (kill(pid_t(pid), 0) == -1 && errno == ESRCH) return fmt::format("its process (pid {}) has exited", pid);
     return {};
   }
-  // Shared memory reports nothing: pride watches these peers itself, zombies included.
-  switch (process_state(pid_t(pid))) {
+  // Shared memory reports nothing: pride watches these peers itself (a pidfd), zombies included.
+  switch (local_process_of_rank_[size_t(peer)].state()) {
     case ProcessState::kGone: return fmt::format("its process (pid {}) has exited", pid);
     case ProcessState::kZombie: return fmt::format("its process (pid {}) has exited (a zombie, not yet reaped)", pid);
     case ProcessState::kRunning: break;
@@ -349,38 +381,149 @@ void Communicator::idle(uint64_t idle_rounds) {
   transport_->wait_for_activity(std::chrono::milliseconds(1));
 }
 
-Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint) {
+Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint,
+                               CheckPayload* payload) {
   PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
                   size_, name, broken_reason_);
   fingerprint.sequence = ++sequence_;
   Collective c(*this, name, algorithm, fingerprint.sequence, Clock::now() + timeout_);
   if (size_ == 1 || !Settings::get().check_fingerprint) return c;
 
-  // All-to-all of fingerprints: every rank sees every other rank's call, so every rank detects a
-  // mismatch and raises the same error; no rank is left waiting for data that will not come.
-  std::vector<Fingerprint> theirs(static_cast<size_t>(size_));
+  check_fingerprints(c, fingerprint, payload);
+  return c;
+}
+
+namespace {
+
+// A fingerprint as the check reduces it: every field and its complement. The element-wise MAX over the
+// ranks gives back (v, ~v) for a field exactly when every rank holds the same v (otherwise it gives the
+// largest v and the complement of the smallest), so one MAX-allreduce tells every rank, identically,
+// whether all agree.
+using CheckBlock = std::array<uint64_t, 8>;
+
+CheckBlock check_block(const Fingerprint& f) {
+  const FingerprintWords words = fingerprint_words(f);
+  CheckBlock b{};
+  for (size_t i = 0; i < 4; ++i) {
+    b[2 * i] = words[i];
+    b[2 * i + 1] = ~words[i];
+  }
+  return b;
+}
+
+}  // namespace
+
+namespace {
+
+// One message of the check: the block and the payload area, the same size for every collective, so
+// that ranks calling different collectives (or the same one with different sizes) still exchange
+// messages that match, and all learn that they disagree.
+struct CheckMessage {
+  CheckBlock block;
+  std::array<uint8_t, CheckPayload::kMaxBytes> payload;
+};
+static_assert(sizeof(CheckMessage) == 512);
+
+}  // namespace
+
+void Communicator::check_fingerprints(Collective& c, const Fingerprint& mine, CheckPayload* payload) {
+  // The check is an allreduce of the CheckMessage: MAX over the block, payload->combine over the
+  // payload. Recursive doubling, as allreduce_small in collectives/engine/standard/allreduce.cc: with
+  // p2 the largest power of two <= N, ranks p2..N-1 first hand their message to rank r - p2 and get
+  // the result back at the end; among the first p2 ranks, round k pairs r with r ^ 2^k, and both
+  // combine (lower rank's value, upper rank's value) in that order, so every rank gets the same bits.
+  // O(log N) messages of 512 bytes per rank, where an all-to-all of fingerprints takes 2(N - 1).
+  //
+  // The check finishes before the collective sends anything of its own: ranks that disagree may also
+  // disagree on the sizes and partners of those messages, and this way nothing of a mismatched call is
+  // sent and the group stays usable. A small enough allreduce needs nothing more (its data travel in
+  // the payload), so it costs no rounds beyond the check's.
+  const bool with_payload = payload != nullptr;
+  if (with_payload) {
+    PRIDE_ENFORCE(payload->bytes <= CheckPayload::kMaxBytes && payload->combine,
+                  "{}: a check payload of {} bytes (at most {}) needs a combine function", c.describe(),
+                  payload->bytes, CheckPayload::kMaxBytes);
+  }
+  const CheckBlock expected = check_block(mine);
+  CheckMessage have{}, theirs{};
+  have.block = expected;
+  if (with_payload && payload->bytes > 0) std::memcpy(have.payload.data(), payload->data, payload->bytes);
+  auto fold = [&](const CheckMessage& lower, const CheckMessage& upper) {
+    for (size_t i = 0; i < have.block.size(); ++i) have.block[i] = std::max(lower.block[i], upper.block[i]);
+    if (with_payload) payload->combine(have.payload.data(), lower.payload.data(), upper.payload.data());
+  };
+  uint64_t messages_received = 0, messages_sent = 0;
+  auto exchange = [&](int to, int from, uint32_t round) {
+    const Tag tag = collective_tag(mine.sequence, kFingerprintSlot + round);
+    RequestPtr in = from >= 0 ? transport_->irecv(from, tag, &theirs, sizeof theirs) : nullptr;
+    RequestPtr out = to >= 0 ? transport_->isend(to, tag, &have, sizeof have) : nullptr;
+    c.wait(in);
+    c.wait(out);
+    messages_received += from >= 0;
+    messages_sent += to >= 0;
+  };
+  // Rounds: 0 the fold, 1 the result going back to a folded rank, 2 + k round k.
+  int p2 = 1;
+  while (p2 * 2 <= size_) p2 *= 2;
+  if (rank_ >= p2) {
+    exchange(rank_ - p2, -1, 0);
+    exchange(-1, rank_ - p2, 1);
+    have = theirs;
+  } else {
+    const bool has_folded_partner = rank_ + p2 < size_;
+    if (has_folded_partner) {
+      exchange(-1, rank_ + p2, 0);
+      fold(CheckMessage(have), theirs);
+    }
+    for (int mask = 1, k = 0; mask < p2; mask <<= 1, ++k) {
+      const int partner = rank_ ^ mask;
+      exchange(partner, partner, uint32_t(2 + k));
+      const CheckMessage mine_now = have;
+      if (rank_ < partner) {
+        fold(mine_now, theirs);
+      } else {
+        fold(theirs, mine_now);
+      }
+    }
+    if (has_folded_partner) exchange(rank_ + p2, -1, 1);
+  }
+  auto& counters = traffic_[c.algorithm()];
+  counters.bytes_received -= messages_received * sizeof(CheckMessage);  // wait() counted them; not payload
+  if (have.block != expected) name_mismatch(c, mine);
+  if (with_payload) {
+    // Only the payload is the algorithm's traffic; it reaches the caller only once the ranks agree.
+    counters.bytes_sent += messages_sent * payload->bytes;
+    counters.bytes_received += messages_received * payload->bytes;
+    if (payload->bytes > 0) std::memcpy(payload->data, have.payload.data(), payload->bytes);
+    payload->reduced = true;
+  }
+}
+
+void Communicator::name_mismatch(Collective& c, const Fingerprint& mine) {
+  // Every rank knows the ranks disagree (the check's result is the same everywhere). Only now, on the
+  // error path, does every rank learn every call, so that all raise the same message naming the first
+  // rank whose call differs from theirs.
+  const FingerprintWords my_words = fingerprint_words(mine);
+  std::vector<FingerprintWords> theirs(static_cast<size_t>(size_));
   std::vector<RequestPtr> requests;
+  const Tag tag = collective_tag(mine.sequence, kMismatchSlot);
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    requests.push_back(c.recv(p, kFingerprintSlot, &theirs[size_t(p)], sizeof(Fingerprint)));
+    if (p != rank_) requests.push_back(transport_->irecv(p, tag, theirs[size_t(p)].data(), sizeof(FingerprintWords)));
   }
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) requests.push_back(c.send(p, kFingerprintSlot, &fingerprint, sizeof(Fingerprint)));
+    if (p != rank_) requests.push_back(transport_->isend(p, tag, my_words.data(), sizeof(FingerprintWords)));
   }
   c.wait_all(requests);
-  auto& counters = traffic_[algorithm];  // fingerprints are not payload
-  counters.bytes_sent -= uint64_t(size_ - 1) * sizeof(Fingerprint);
-  counters.bytes_received -= uint64_t(size_ - 1) * sizeof(Fingerprint);
-  theirs[size_t(rank_)] = fingerprint;
   for (int p = 0; p < size_; ++p) {
-    if (!(theirs[size_t(p)] == fingerprint)) {
-      std::string message = fmt::format(
-          "pride {}: ranks disagree on the collective: this rank called {}, rank {} called {}", c.describe(),
-          fingerprint_text(fingerprint), p, fingerprint_text(theirs[size_t(p)]));
-      throw MismatchError(message);  // every rank sees the same table; nothing was sent yet
+    if (p != rank_ && theirs[size_t(p)] != my_words) {
+      throw MismatchError(fmt::format("pride {}: ranks disagree on the collective: this rank called {}, rank {} "
+                                      "called {}", c.describe(), fingerprint_text(mine, mine.describe), p,
+                                      fingerprint_text(from_words(theirs[size_t(p)]), mine.describe)));
     }
   }
-  return c;
+  // The check saw a difference that the fingerprints do not show: cannot happen, but never pass silently.
+  throw MismatchError(fmt::format("pride {}: ranks disagree on the collective (this rank called {})", c.describe(),
+                                  fingerprint_text(mine, mine.describe)));
 }
 
 RequestPtr Communicator::p2p_send(int peer, uint64_t user_tag, const void* buf, size_t bytes) {

@@ -10,11 +10,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/liveness/process_state.h"
 #include "backend/store/store.h"
 #include "backend/transport/transport.h"
 #include "backend/workspace.h"
@@ -29,6 +31,9 @@ struct Fingerprint {
   uint32_t dtype = 0;
   uint64_t numel = 0;
   uint64_t detail = 0;
+  // How error messages print a call (collectives/engine/call_description.h); not part of what ranks
+  // agree on. Without one, messages show the numbers.
+  std::string (*describe)(const Fingerprint&) = nullptr;
   bool operator==(const Fingerprint& o) const {
     return sequence == o.sequence && op == o.op && dtype == o.dtype && numel == o.numel && detail == o.detail;
   }
@@ -42,6 +47,18 @@ struct TrafficCounters {
 
 class Communicator;
 
+// Data that travels inside the fingerprint check's messages and is reduced along with it (see
+// Communicator::begin): a small allreduce, or a barrier (no bytes), then needs no rounds of its own.
+struct CheckPayload {
+  static constexpr size_t kMaxBytes = 448;
+  void* data = nullptr;  // in: this rank's value; out: the reduced value, written only if the ranks agree
+  size_t bytes = 0;      // <= kMaxBytes
+  // dst = lower (+) upper, `lower` the partial value of the ranks that come first, so that every rank
+  // computes the same bits; dst may alias neither. Buffers hold kMaxBytes; only `bytes` count.
+  std::function<void(void* dst, const void* lower, const void* upper)> combine;
+  bool reduced = false;  // set by begin() when the check ran (N > 1 and PRIDE_CHECK_FINGERPRINT on)
+};
+
 // One collective in flight: its tags, its deadline, and the waits that know whom they wait for.
 class Collective {
  public:
@@ -52,8 +69,10 @@ class Collective {
   int rank() const;
   int size() const;
 
-  // slot distinguishes the messages of one collective (step, segment); < kMaxSlot.
-  static constexpr uint32_t kMaxSlot = (1u << 22) - 1;
+  // slot distinguishes the messages of one collective (step, segment); <= kMaxSlot. The slots
+  // above it, up to 2^22 - 1, carry the communicator's fingerprint check.
+  static constexpr uint32_t kControlSlots = 64;
+  static constexpr uint32_t kMaxSlot = (1u << 22) - 1 - kControlSlots;
   RequestPtr send(int peer, uint32_t slot, const void* buf, size_t bytes);
   RequestPtr recv(int peer, uint32_t slot, void* buf, size_t bytes);
   // Waits for every request (null entries are skipped); throws on failure, abort or deadline.
@@ -103,9 +122,12 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
-  // Starts a collective: takes the next sequence number, exchanges fingerprints (unless disabled)
-  // and raises MismatchError on every rank when they differ.
-  Collective begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint);
+  // Starts a collective: takes the next sequence number, checks that every rank passed the same
+  // fingerprint (unless disabled) and raises MismatchError on every rank when they differ, before
+  // anything of the collective is sent. The check is a recursive-doubling allreduce of 512-byte
+  // messages (about log2 N rounds); `payload`, if given, is reduced in the same messages.
+  Collective begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint,
+                   CheckPayload* payload = nullptr);
 
   // Point-to-point (torch's send/recv): a tag space of its own, not ordered with collectives.
   RequestPtr p2p_send(int peer, uint64_t user_tag, const void* buf, size_t bytes);
@@ -157,6 +179,8 @@ class Communicator {
   // Spin, then yield, then sleep a little: ranks may outnumber cores.
   void idle(uint64_t idle_rounds);
   void learn_hosts();
+  void check_fingerprints(Collective& c, const Fingerprint& mine, CheckPayload* payload);
+  [[noreturn]] void name_mismatch(Collective& c, const Fingerprint& mine);
   // Non-empty when `peer` runs on this host (same PID namespace) and its process is gone. UCX's shared
   // memory transports do not report a dead peer; this turns it into an error long before the deadline.
   std::string local_peer_gone(int peer) const;
@@ -174,6 +198,7 @@ class Communicator {
   double ranks_per_core_ = 1.0;
   std::vector<int> node_of_rank_;
   std::vector<long> local_pid_of_rank_;  // pid of each same-host, same-PID-namespace rank; 0 otherwise
+  std::vector<ProcessWatch> local_process_of_rank_;  // a pidfd (or /proc) watch of each of those
   std::string broken_reason_;
   std::vector<char> abort_buffer_;
   std::array<char, 512> abort_notice_{};

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "collectives/engine/call_description.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -143,7 +144,7 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       if (o.votes == VoteKind::kTernary && votes == LionVotes::kBinary) {
         binary_as_ternary(b->votes.data(), b->votes.data() + nwords, nwords, voting);
       }
-      b->result = comm != nullptr ? sign_allreduce_planes(*comm, b->votes.data(), b->size, o, 0x11)
+      b->result = comm != nullptr ? sign_allreduce_planes(*comm, b->votes.data(), b->size, o, kSignInputOptimizerBucket)
                                   : local_result(b->votes, b->size, o);
     };
     if (backend == nullptr) {

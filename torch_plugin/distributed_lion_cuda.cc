@@ -10,6 +10,7 @@
 
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
+#include "collectives/engine/call_description.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -336,7 +337,7 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
           if (options.votes == VoteKind::kTernary && step.votes == LionVotes::kBinary) {
             binary_as_ternary(votes_host, votes_host + bucket->nwords, bucket->nwords, ranges);
           }
-          bucket->plan = sign_allreduce_planes(comm, votes_host, bucket->size, options, 0x11, planes_host).plan;
+          bucket->plan = sign_allreduce_planes(comm, votes_host, bucket->size, options, kSignInputOptimizerBucket, planes_host).plan;
         });
   }
 

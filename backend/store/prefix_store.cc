@@ -9,15 +9,19 @@ class PrefixStore final : public Store {
       : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
   void set(const std::string& key, const std::vector<uint8_t>& value) override { base_->set(prefix_ + key, value); }
   std::vector<uint8_t> get(const std::string& key) override { return base_->get(prefix_ + key); }
-  void wait(const std::vector<std::string>& keys) override {
-    std::vector<std::string> full;
-    full.reserve(keys.size());
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    base_->wait(full);
+  void wait(const std::vector<std::string>& keys) override { base_->wait(prefixed(keys)); }
+  std::vector<std::vector<uint8_t>> multi_get(const std::vector<std::string>& keys) override {
+    return base_->multi_get(prefixed(keys));
   }
   int64_t add(const std::string& key, int64_t delta) override { return base_->add(prefix_ + key, delta); }
 
  private:
+  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    return full;
+  }
   std::string prefix_;
   std::shared_ptr<Store> base_;
 };

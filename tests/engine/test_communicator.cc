@@ -54,6 +54,27 @@ TEST(Communicator, MismatchedCallsFailOnEveryRank) {
   }
 }
 
+// The check is a MAX-allreduce by dissemination (ceil(log2 N) rounds): every group size, powers of two
+// or not, and a disagreeing rank anywhere, must fail on every rank, and agreement must pass.
+TEST(Communicator, FingerprintCheckAtEveryGroupSize) {
+  for (int n : {2, 3, 5, 6, 8}) {
+    for (int odd : {0, n / 2, n - 1}) {
+      auto errors = run_ranks_collect_errors(n, [odd](Communicator& comm) {
+        comm.begin("same", "t", Fingerprint{0, 3, 1, 10, 7});
+        const uint64_t detail = comm.rank() == odd ? 8 : 7;
+        comm.begin("differs", "t", Fingerprint{0, 3, 1, 10, detail});
+      });
+      for (int r = 0; r < n; ++r) {
+        const std::string& e = errors[size_t(r)];
+        EXPECT_NE(e.find("ranks disagree"), std::string::npos) << n << " ranks, odd " << odd << ", rank " << r << ": " << e;
+        // Each rank names the first rank whose call differs from its own.
+        const int named = r != odd ? odd : (odd == 0 ? 1 : 0);
+        EXPECT_NE(e.find("rank " + std::to_string(named) + " called"), std::string::npos) << e;
+      }
+    }
+  }
+}
+
 TEST(Communicator, MismatchLeavesGroupUsable) {
   run_ranks(3, [](Communicator& comm) {
     EXPECT_THROW(comm.begin("x", "t", Fingerprint{0, 1, 0, uint64_t(comm.rank()), 0}), MismatchError);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/common/error.h"
+#include "backend/common/settings.h"
 #include "collectives/engine/standard/collectives.h"
 #define PRIDE_KERNEL_NS test_standard
 #include "collectives/bits/element_traits.h"
@@ -324,6 +325,43 @@ TEST(Allreduce, FloatResultsAreBitwiseIdenticalOnEveryRank) {
   }
 }
 
+// Up to CheckPayload::kMaxBytes the fingerprint check reduces the buffer itself (no rounds of its
+// own); with the check off allreduce_small does. Both must give the same bits, on every rank, for
+// float sums whose result depends on the order, at group sizes with and without a fold.
+TEST(Allreduce, SmallBuffersInTheCheckGiveTheSameBitsAsWithoutIt) {
+  constexpr size_t kMaxFloats = CheckPayload::kMaxBytes / sizeof(float);
+  for (int n : {2, 5, 8}) {
+    std::vector<std::vector<std::vector<float>>> results(2, std::vector<std::vector<float>>(size_t(n)));
+    for (int check : {1, 0}) {
+      setenv("PRIDE_CHECK_FINGERPRINT", check ? "1" : "0", 1);
+      Settings::reload();
+      run_ranks(n, [&](Communicator& comm) {
+        auto& mine = results[size_t(check)][size_t(comm.rank())];
+        for (size_t count : {size_t(1), size_t(7), kMaxFloats, kMaxFloats + 1}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            std::mt19937 rng(uint32_t(comm.rank() * 7919 + count));
+            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+            std::vector<float> buf(count);
+            for (auto& x : buf) x = dist(rng) * 1e3f;
+            allreduce(comm, buf.data(), count, ScalarType::kFloat32, op);
+            mine.insert(mine.end(), buf.begin(), buf.end());
+          }
+        }
+        // The payload is the traffic (the check's own bytes are not): 4 bytes x rounds, both ways.
+        const auto& t = comm.traffic().at("allreduce_small");
+        EXPECT_GT(t.bytes_sent, 0u);
+      });
+    }
+    unsetenv("PRIDE_CHECK_FINGERPRINT");
+    Settings::reload();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(results[1][size_t(r)].size(), results[0][0].size());
+      EXPECT_EQ(std::memcmp(results[1][size_t(r)].data(), results[0][0].data(), results[0][0].size() * sizeof(float)), 0)
+          << "N=" << n << " rank " << r << ": the check's reduction differs from allreduce_small's (or from rank 0's)";
+    }
+  }
+}
+
 TEST(Allreduce, UndefinedOpThrowsBeforeAnythingIsSent) {
   run_ranks(3, [](Communicator& comm) {
     std::vector<int32_t> buf(10, 1);
@@ -364,6 +402,30 @@ TEST(Allreduce, MismatchedCountThrowsMismatchErrorOnEveryRank) {
     allreduce(comm, buf.data(), 100, ScalarType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(buf[99], 4.0f);
   });
+}
+
+// The message names the calls as a user wrote them, not as op and dtype codes.
+TEST(Allreduce, MismatchMessageNamesOperationsAndDtypes) {
+  auto errors = run_ranks_collect_errors(3, [](Communicator& comm) {
+    std::vector<float> buf(100, 1.0f);
+    const ReduceOp op = comm.rank() == 1 ? ReduceOp::kMax : ReduceOp::kSum;
+    allreduce(comm, buf.data(), comm.rank() == 1 ? 99 : 100, ScalarType::kFloat32, op);
+  });
+  EXPECT_NE(errors[0].find("this rank called allreduce SUM float32 numel 100 (#1), rank 1 called allreduce MAX "
+                           "float32 numel 99 (#1)"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("this rank called allreduce MAX float32 numel 99 (#1), rank 0 called allreduce SUM "
+                           "float32 numel 100 (#1)"), std::string::npos) << errors[1];
+  auto different = run_ranks_collect_errors(2, [](Communicator& comm) {
+    uint8_t x[4] = {};
+    if (comm.rank() == 0) {
+      broadcast(comm, x, 4, 0);
+    } else {
+      barrier(comm);
+    }
+  });
+  EXPECT_NE(different[0].find("rank 1 called barrier (#1)"), std::string::npos) << different[0];
+  EXPECT_NE(different[1].find("this rank called barrier (#1), rank 0 called broadcast 4 bytes from root 0 (#1)"),
+            std::string::npos) << different[1];
 }
 
 // ---- broadcast -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The side-by-side benchmarks (perf/bench_vs_gloo.py, perf/bench_dlion_step.py) run end to end.
+"""The Python benchmarks (perf/bench_vs_gloo.py, bench_dlion_step.py, bench_startup.py) run end to end.
 
 Tiny sizes, 2 ranks: these check that the tools work and that their built-in checks hold (pride's
 fp32 sum equals Gloo's; D-Lion replicas stay identical on every rank), not speed.
@@ -38,3 +38,13 @@ def test_bench_dlion_step_keeps_replicas_identical(tmp_path):
     assert result["numel"] == 1 << 14
     # 2 ranks: 1 bit of votes per parameter plus the result's bit(s), far below the fp32 ring's 32.
     assert 0 < result["dlion_bytes_per_step"] * 8 / result["numel"] < 4
+
+
+def test_bench_startup_runs_its_jobs():
+    # 3 ranks: a group size with a fold in the fingerprint check; the worker itself checks that the
+    # first all_reduce summed every rank.
+    out = run("bench_startup.py", "--ranks", "3", "--iters", "5", "--warmup", "1")
+    rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(rows) == 1 and rows[0][0] == "3", out
+    startup, on, off, ratio = map(float, rows[0][1:])
+    assert startup > 0 and on > 0 and off > 0 and abs(ratio - on / off) < 0.01 + 0.01 * ratio, out

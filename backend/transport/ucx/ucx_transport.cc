@@ -163,12 +163,16 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
   store.set("ucx/" + std::to_string(rank), std::vector<uint8_t>(a, a + address_len));
   ucp_worker_release_address(worker_, address);
 
+  std::vector<std::string> keys;
+  keys.reserve(size_t(size));
+  for (int p = 0; p < size; ++p) keys.push_back("ucx/" + std::to_string(p));
+  const std::vector<std::vector<uint8_t>> addresses = store.multi_get(keys);  // one gather, see Store
   peers_.resize(size_t(size));
   for (int p = 0; p < size; ++p) {
     auto peer = std::make_unique<Peer>();
     peer->self = this;
     peer->rank = p;
-    std::vector<uint8_t> remote = store.get("ucx/" + std::to_string(p));
+    const std::vector<uint8_t>& remote = addresses[size_t(p)];
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;

@@ -7,6 +7,7 @@
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "collectives/engine/call_description.h"
 #include "collectives/engine/sign/direct_segment.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_algorithms.h"
@@ -15,8 +16,6 @@
 namespace pride {
 namespace {
 
-constexpr uint32_t kSignAllreduceOp = 0x5160;  // fingerprint op id
-constexpr uint32_t kPackedDtypeCode = 0xFF;
 
 using AlgorithmFn = void (*)(Collective&, const SignPlan&, const SignSegment&);
 
@@ -122,6 +121,7 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   fp.op = kSignAllreduceOp;
   fp.dtype = dtype_code;
   fp.numel = numel;
+  fp.describe = &describe_call;
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
@@ -219,7 +219,7 @@ void sign_allreduce_packed(Communicator& comm, const uint8_t* packed, size_t num
   hooks.unpack = [&](const SignResult& r, size_t first_word, size_t words) {
     write_words(r, first_word, words, out, out_type);
   };
-  run_sign_allreduce(comm, votes.data(), numel, options, kPackedDtypeCode, hooks, nullptr);
+  run_sign_allreduce(comm, votes.data(), numel, options, kSignInputPacked, hooks, nullptr);
 }
 
 }  // namespace pride

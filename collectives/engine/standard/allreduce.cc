@@ -80,9 +80,23 @@ void allreduce(Communicator& comm, void* buf, size_t count, ScalarType type, Red
   const size_t bytes = checked_bytes(comm, kName, count, type);
   check_buffer(comm, kName, buf, bytes, "buf");
   const bool small = bytes <= kSmallAllreduceBytes;
+  // A buffer that fits in the fingerprint check's messages is reduced by the check itself, in the
+  // same recursive-doubling order as allreduce_small (so with the same bits): no rounds of its own.
+  CheckPayload in_check;
+  in_check.data = buf;
+  in_check.bytes = bytes;
+  in_check.combine = [op, type, count](void* dst, const void* lower, const void* upper) {
+    reduce_elements(op, type, dst, lower, upper, count);
+  };
+  const bool fits_check = bytes <= CheckPayload::kMaxBytes;
   Collective c = comm.begin(kName, small ? "allreduce_small" : "allreduce_ring",
-                            fingerprint(OpId::kAllreduce, type, count, static_cast<uint64_t>(op)));
+                            fingerprint(OpId::kAllreduce, type, count, static_cast<uint64_t>(op)),
+                            fits_check ? &in_check : nullptr);
   if (comm.size() == 1 || count == 0) return;  // AVG over one rank: x / 1 == x exactly
+  if (in_check.reduced) {
+    if (op == ReduceOp::kAvg) divide_elements(type, buf, count, comm.size());
+    return;
+  }
   if (small) {
     allreduce_small(c, static_cast<char*>(buf), count, type, op);
   } else {

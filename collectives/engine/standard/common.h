@@ -9,6 +9,7 @@
 
 #include "backend/common/error.h"
 #include "backend/communicator.h"
+#include "collectives/engine/call_description.h"
 #include "collectives/engine/standard/collectives.h"
 
 namespace pride::standard {
@@ -21,7 +22,7 @@ enum class OpId : uint32_t {
 };
 
 inline Fingerprint fingerprint(OpId op, ScalarType type, uint64_t numel, uint64_t detail) {
-  return Fingerprint{0, static_cast<uint32_t>(op), static_cast<uint32_t>(type), numel, detail};
+  return Fingerprint{0, static_cast<uint32_t>(op), static_cast<uint32_t>(type), numel, detail, &describe_call};
 }
 
 // Fingerprint detail of a per-rank size vector (FNV-1a over its entries): the v-variants pass the

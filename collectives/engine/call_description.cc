@@ -1,0 +1,69 @@
+#include "collectives/engine/call_description.h"
+
+#include <fmt/format.h>
+
+#include "collectives/bits/kernels.h"
+#include "collectives/engine/sign/sign_types.h"
+#include "collectives/engine/standard/common.h"
+
+namespace pride {
+namespace {
+
+using standard::OpId;
+
+std::string scalar(uint32_t code) {
+  return code <= uint32_t(ScalarType::kComplex128) ? scalar_name(ScalarType(code)) : fmt::format("dtype {}", code);
+}
+
+std::string reduce_op(uint64_t code) {
+  return code <= uint64_t(ReduceOp::kBxor) ? reduce_op_name(ReduceOp(code)) : fmt::format("op {}", code);
+}
+
+std::string sign_input(uint32_t code) {
+  if (code == kSignInputPacked) return "packed bits";
+  if (code == kSignInputOptimizerBucket) return "DistributedLion bucket";
+  if (code <= uint32_t(bits::DType::kInt8)) return bits::dtype_name(bits::DType(code));
+  return fmt::format("dtype {}", code);
+}
+
+template <class Enum>
+std::string sign_enum(uint64_t code, Enum last) {
+  return code <= uint64_t(last) ? name(Enum(code)) : fmt::format("{}", code);
+}
+
+std::string describe_standard(const Fingerprint& f) {
+  switch (OpId(f.op)) {
+    case OpId::kAllreduce: return fmt::format("allreduce {} {} numel {}", reduce_op(f.detail), scalar(f.dtype), f.numel);
+    case OpId::kReduce:
+      return fmt::format("reduce {} {} numel {} to root {}", reduce_op(f.detail & 0xff), scalar(f.dtype), f.numel,
+                         f.detail >> 8);
+    case OpId::kReduceScatter:
+      return fmt::format("reduce_scatter {} numel {} (counts and op digest {:#x})", scalar(f.dtype), f.numel, f.detail);
+    case OpId::kBroadcast: return fmt::format("broadcast {} bytes from root {}", f.numel, f.detail);
+    case OpId::kGather: return fmt::format("gather {} bytes per rank to root {}", f.numel, f.detail);
+    case OpId::kScatter: return fmt::format("scatter {} bytes per rank from root {}", f.numel, f.detail);
+    case OpId::kAllgather: return fmt::format("allgather {} bytes per rank", f.numel);
+    case OpId::kAllgatherv: return fmt::format("allgatherv {} bytes in all (sizes digest {:#x})", f.numel, f.detail);
+    case OpId::kAlltoallv: return "alltoall";
+    case OpId::kBarrier: return "barrier";
+  }
+  return {};
+}
+
+std::string describe_sign(const Fingerprint& f) {
+  // detail: mode | votes << 8 | algorithm << 16 | segment words << 24 (sign_allreduce.cc).
+  return fmt::format("sign_allreduce {} {} {} numel {} ({}, segments of {} words)",
+                     sign_enum(f.detail & 0xff, SignMode::kMean), sign_enum((f.detail >> 8) & 0xff, VoteKind::kTernary),
+                     sign_input(f.dtype), f.numel, sign_enum((f.detail >> 16) & 0xff, SignAlgorithm::kAllgather),
+                     f.detail >> 24);
+}
+
+}  // namespace
+
+std::string describe_call(const Fingerprint& f) {
+  std::string call = f.op == kSignAllreduceOp ? describe_sign(f) : describe_standard(f);
+  if (call.empty()) call = fmt::format("op {:#x} dtype {} numel {} detail {:#x}", f.op, f.dtype, f.numel, f.detail);
+  return fmt::format("{} (#{})", call, f.sequence);
+}
+
+}  // namespace pride

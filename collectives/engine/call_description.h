@@ -1,0 +1,24 @@
+// How an error message names a collective call from its fingerprint: "allreduce SUM float32 numel
+// 100", not "op 257 dtype 11". One describer for every collective of the engine, because a rank that
+// disagrees may have called a different collective: each rank prints the other's call with this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/communicator.h"
+
+namespace pride {
+
+// Fingerprint::op of the sign-allreduce (the standard collectives' ids are in standard/common.h).
+constexpr uint32_t kSignAllreduceOp = 0x5160;
+// Fingerprint::dtype of a sign-allreduce whose input was not a float tensor: already packed bits
+// (sign_allreduce_packed), or the planes of a DistributedLion bucket. Float inputs use bits::DType.
+constexpr uint32_t kSignInputPacked = 0xFF;
+constexpr uint32_t kSignInputOptimizerBucket = 0x11;
+
+// "allreduce SUM float32 numel 100", "broadcast 400 bytes from root 2",
+// "sign_allreduce vote binary float32 numel 1000 (ring, segments of 1048576 words)", ...
+std::string describe_call(const Fingerprint& f);
+
+}  // namespace pride
