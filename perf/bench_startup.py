@@ -3,20 +3,22 @@
 1. start-up: the wall time from the moment every rank is released (torch and pride already
    imported) until every rank has finished init_process_group("pride") and a first all_reduce;
 2. the cost of the per-collective fingerprint check: the median latency of a 4-byte all_reduce with
-   PRIDE_CHECK_FINGERPRINT=1 (the default) against the same all_reduce with it off, in two jobs
-   started the same way one after the other.
+   PRIDE_CHECK_FINGERPRINT=1 (the default) against the same all_reduce with it off. Jobs with the
+   check on and off alternate, --repeat times each, and each column is the median over its jobs:
+   on a host with fewer cores than ranks one job's timing differs from the next by tens of percent.
 
 Each rank is a process of its own, started with the environment torchrun would give it (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so the bootstrap is the real one: torch's TCPStore and
 env:// rendezvous. Example:
 
-    python perf/bench_startup.py --ranks 32 --iters 200
+    python perf/bench_startup.py --ranks 4 32 --iters 200 --repeat 3
 """
 
 import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -100,24 +102,31 @@ def main():
                         help="group sizes to measure, each a job of that many processes (default: 32)")
     parser.add_argument("--iters", type=int, default=200, help="timed 4-byte all_reduce calls per job (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed all_reduce calls first (default 20)")
+    parser.add_argument("--repeat", type=int, default=3, help="jobs with the check on, and off, per group size (default 3)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a job may take (default 600)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    if any(n < 2 for n in args.ranks) or args.iters < 1 or args.warmup < 0:
-        parser.error("--ranks must be at least 2 and --iters at least 1")
+    if any(n < 2 for n in args.ranks) or args.iters < 1 or args.warmup < 0 or args.repeat < 1:
+        parser.error("--ranks must be at least 2, --iters and --repeat at least 1")
 
     print("# ranks: processes on this host; start-up: release of all ranks -> init_process_group('pride') + "
           "first all_reduce done on every rank")
-    print("# 4-byte all_reduce: median over --iters calls, rank 0, each after a barrier")
+    print(f"# 4-byte all_reduce: median over --iters calls, rank 0, each after a barrier; every column is the median "
+          f"over {args.repeat} job(s)")
     print(f"# {'ranks':>5} {'start-up(s)':>12} {'fp on(us)':>10} {'fp off(us)':>11} {'on/off':>7}")
     rows = []
     for n in args.ranks:
-        print(f"bench_startup: {n} ranks, fingerprints on ...", file=sys.stderr, flush=True)
-        startup, on = run_job(n, True, args)
-        print(f"bench_startup: {n} ranks, fingerprints off ...", file=sys.stderr, flush=True)
-        _, off = run_job(n, False, args)
+        startups, ons, offs = [], [], []
+        for k in range(args.repeat):
+            for fingerprint in (True, False):
+                print(f"bench_startup: {n} ranks, check {'on' if fingerprint else 'off'}, job {k + 1} of {args.repeat}",
+                      file=sys.stderr, flush=True)
+                startup, median = run_job(n, fingerprint, args)
+                startups.append(startup)
+                (ons if fingerprint else offs).append(median)
+        startup, on, off = statistics.median(startups), statistics.median(ons), statistics.median(offs)
         rows.append((n, startup, on, off))
         print(f"  {n:>5} {startup:>12.2f} {on:>10.1f} {off:>11.1f} {on / off:>7.2f}", flush=True)
     return 0

@@ -2,7 +2,8 @@
 # Sanitizer runs of the engine. Default: AddressSanitizer + UBSan + LeakSanitizer on the thread-rank
 # tests (communicator, workspace, sign-allreduce, standard collectives) and every fault scenario of
 # SPEC §6 as real processes, over shared memory and over TCP (build tree build/asan). --thread:
-# ThreadSanitizer on the thread-rank tests (build/tsan; UCX itself is not instrumented, see
+# ThreadSanitizer on the thread-rank tests and on the torch plugin driven from several threads
+# (tests/plugin/test_backend_threads.cc; build/tsan; UCX and torch are not instrumented, see
 # tests/sanitizers/tsan.supp). Needs the venv of scripts/setup.sh (torch's c10d store). Not part of
 # .ci/run: it rebuilds the engine with sanitizers (minutes on 2 cores).
 #
@@ -22,13 +23,15 @@ mkdir -p build
 if [ "$MODE" = thread ]; then
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIDE_SANITIZE=thread \
     -DPython3_EXECUTABLE="$PY" -DPRIDE_BUILD_PERF=OFF > build/tsan.configure.log
-  cmake --build build/tsan -j2 --target test_communicator test_workspace test_sign_allreduce test_standard
+  cmake --build build/tsan -j2 --target test_communicator test_workspace test_sign_allreduce test_standard \
+    test_backend_threads
   # UCX_MEM_EVENTS=no: UCX's memory hooks crash under TSan when a thread exits.
   export UCX_MEM_EVENTS=no TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 suppressions=$PWD/tests/sanitizers/tsan.supp"
   status=0
-  for t in test_communicator test_workspace test_sign_allreduce test_standard; do
-    log="build/tsan/$t.log"
-    "build/tsan/tests/engine/$t" --gtest_brief=1 > "$log" 2>&1 || status=1
+  for t in engine/test_communicator engine/test_workspace engine/test_sign_allreduce engine/test_standard \
+           plugin/test_backend_threads; do
+    log="build/tsan/$(basename $t).log"
+    "build/tsan/tests/$t" --gtest_brief=1 > "$log" 2>&1 || status=1
     reports=$(grep -c "WARNING: ThreadSanitizer" "$log" || true)
     echo "sanitize: $t (thread): $reports reports, $(grep -E 'PASSED|FAILED' "$log" | head -1)"
     [ "$reports" = 0 ] || { status=1; grep -A30 "WARNING: ThreadSanitizer" "$log" | head -60; }

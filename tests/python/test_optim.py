@@ -378,3 +378,36 @@ def _global_any_group(rank, world, store_path, backend):
 @pytest.mark.parametrize("backend", ["gloo", "pride"])
 def test_global_mode_works_with_any_group(backend):
     run(_global_any_group, 2, backend)
+
+
+def test_a_launched_rank_without_a_process_group_refuses_at_construction(monkeypatch):
+    # Under a launcher (WORLD_SIZE > 1) but with torch.distributed not initialized, each rank would
+    # train a model of its own: the optimizer must refuse when it is created, not train silently.
+    from pride.optim import DistributedLion
+
+    assert not dist.is_initialized()
+    params = list(make_model(torch.float32).parameters())
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(RuntimeError, match="WORLD_SIZE=4.*not initialized"):
+        DistributedLion(params, lr=0.01)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    DistributedLion(params, lr=0.01)  # one process: Lion, no group needed
+    monkeypatch.delenv("WORLD_SIZE")
+    DistributedLion(params, lr=0.01)
+
+
+def _wrong_group_fails_at_construction(rank, world, store_path):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path, backend="gloo")
+    model = make_model(torch.float32)
+    for mode in ("vote", "mean"):
+        with pytest.raises(TypeError, match="not 'pride'"):
+            DistributedLion(model.parameters(), lr=0.01, mode=mode)
+    # G-Lion averages with torch.distributed: any group does.
+    DistributedLion(model.parameters(), lr=0.01, mode="global")
+    dist.destroy_process_group()
+
+
+def test_voting_over_a_group_that_is_not_pride_fails_at_construction():
+    run(_wrong_group_fails_at_construction, 2)

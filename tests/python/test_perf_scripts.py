@@ -43,7 +43,7 @@ def test_bench_dlion_step_keeps_replicas_identical(tmp_path):
 def test_bench_startup_runs_its_jobs():
     # 3 ranks: a group size with a fold in the fingerprint check; the worker itself checks that the
     # first all_reduce summed every rank.
-    out = run("bench_startup.py", "--ranks", "3", "--iters", "5", "--warmup", "1")
+    out = run("bench_startup.py", "--ranks", "3", "--iters", "5", "--warmup", "1", "--repeat", "1")
     rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
     assert len(rows) == 1 and rows[0][0] == "3", out
     startup, on, off, ratio = map(float, rows[0][1:])

@@ -1,11 +1,13 @@
 """Distributed Lion (Liu et al., NeurIPS 2024, Algorithm 1) over pride's sign-allreduce."""
 
 import hashlib
+import os
 
 import torch
 import torch.distributed as dist
 
 from .. import _C
+from ..collectives import _not_a_member
 
 _MODES = ("vote", "mean", "global")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -63,6 +65,24 @@ class DistributedLion(torch.optim.Optimizer):
         self.votes = votes
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
+        self._check_group()
+
+    def _check_group(self):
+        """At construction, not at the first step: a job whose ranks would each train a model of their
+        own, or vote over a group that cannot, fails before any work is done."""
+        if not dist.is_initialized():
+            world = os.environ.get("WORLD_SIZE", "")
+            if world.isdigit() and int(world) > 1:
+                raise RuntimeError(
+                    f"DistributedLion: WORLD_SIZE={world} says this process is one rank of {world}, but "
+                    "torch.distributed is not initialized, so each rank would train a model of its own; call "
+                    "torch.distributed.init_process_group('pride') before creating the optimizer (or unset "
+                    "WORLD_SIZE to train on one process)")
+            if self.group is not None:
+                raise RuntimeError("DistributedLion: a group was given but torch.distributed is not initialized")
+            return
+        if self.mode != "global" and not _not_a_member(self.group):
+            self._backend()  # vote and mean need pride's sign-allreduce: a clear TypeError otherwise
 
     def _backend(self):
         """The group's pride backend, or None for a world of one (no process group)."""
