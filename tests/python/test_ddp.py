@@ -40,3 +40,79 @@ def _ddp(rank, world, store_path):
 
 def test_ddp_step_matches_gloo():
     run(_ddp, 2)
+
+
+def _lion_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+
+
+def _lion_training(rank, wrap, steps=4):
+    """DistributedLion on a model trained as is (wrap None) or under DDP ("attach": opt.attach(ddp);
+    "auto": nothing; "own_hook": DDP with torch's allreduce hook). Returns the parameters and the
+    bytes pride sent in each step (forward, backward and optimizer step)."""
+    import pride
+    from pride.optim import DistributedLion
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    model = _lion_model()
+    net = model
+    if wrap is not None:
+        net = DDP(model)
+        if wrap == "own_hook":
+            net.register_comm_hook(dist.group.WORLD, allreduce_hook)
+    opt = DistributedLion(model.parameters(), lr=0.01)
+    if wrap == "attach":
+        assert opt.attach(net) is net
+    g = torch.Generator().manual_seed(100 + rank)
+    sent = []
+    for _ in range(steps):
+        x = torch.randn(16, 64, generator=g)
+        y = torch.randint(0, 8, (16,), generator=g)
+        pride.reset_stats()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        sent.append(pride.stats()["bytes_sent"])
+    return [p.detach().clone() for p in model.parameters()], sent
+
+
+def _assert_replicas_identical(params, world):
+    flat = torch.cat([p.flatten() for p in params])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    assert all(torch.equal(gathered[0], g) for g in gathered)
+
+
+def _ddp_with_distributed_lion(rank, world, store_path):
+    import warnings
+
+    init_group(rank, world, store_path)
+    alone, alone_sent = _lion_training(rank, None)
+    # attach(): DDP sends no gradients; training is bit for bit the unwrapped model's, and so is the traffic.
+    attached, attached_sent = _lion_training(rank, "attach")
+    for a, b in zip(alone, attached):
+        assert torch.equal(a, b)
+    grad_bytes = sum(p.numel() * 4 for p in attached)
+    assert alone_sent[-1] < grad_bytes / 8, alone_sent  # the vote: a few bits per parameter
+    for step, (a, b) in enumerate(zip(alone_sent, attached_sent)):
+        assert b <= 1.1 * a, f"step {step}: {b} bytes under DDP with attach(), {a} without DDP"
+    # Nothing done: the first step finds the DDP model and attaches itself (that step's allreduce was
+    # DDP's); from then on, the vote's traffic.
+    auto, auto_sent = _lion_training(rank, "auto")
+    assert auto_sent[0] > grad_bytes, auto_sent
+    for step in range(1, len(auto_sent)):
+        assert auto_sent[step] <= 1.1 * alone_sent[step], (auto_sent, alone_sent)
+    _assert_replicas_identical(auto, world)
+    # A hook of the user's own that still all-reduces: a warning that says what it costs, once.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        own, _ = _lion_training(rank, "own_hook")
+    messages = [str(w.message) for w in caught if "DistributedDataParallel" in str(w.message)]
+    assert len(messages) == 1 and "MB per step" in messages[0] and "local_gradients_hook" in messages[0], messages
+    _assert_replicas_identical(own, world)
+    dist.destroy_process_group()
+
+
+def test_ddp_wrapped_distributed_lion_sends_only_the_vote():
+    run(_ddp_with_distributed_lion, 2)

@@ -15,7 +15,7 @@ import torch.distributed  # noqa: F401
 from . import _C
 from ._registration import register_backend as _register_backend
 from .collectives import reset_stats, sign_allreduce, sign_allreduce_packed, stats
-from . import optim
+from . import ddp_hooks, optim
 from .horovod import (
     broadcast_optimizer_state,
     broadcast_parameters,

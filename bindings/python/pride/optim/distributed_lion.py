@@ -1,13 +1,18 @@
 """Distributed Lion (Liu et al., NeurIPS 2024, Algorithm 1) over pride's sign-allreduce."""
 
 import hashlib
+import logging
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
 
 from .. import _C
+from .. import ddp_hooks
 from ..collectives import _not_a_member
+
+_log = logging.getLogger("pride")
 
 _MODES = ("vote", "mean", "global")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -43,6 +48,12 @@ class DistributedLion(torch.optim.Optimizer):
     while the previous one is on the wire. CUDA parameters are updated by fused kernels on the current
     stream (two launches per bucket, whatever the number of tensors); only the packed votes leave the GPU.
     Momentum is per rank: save and load each rank's state_dict on the same number of ranks.
+
+    Under DistributedDataParallel, DDP would all-reduce the fp32 gradients before the vote (every rank
+    then votes on the same average, and the traffic is DDP's, not the vote's). ``attach(ddp_model)``
+    registers pride.ddp_hooks.local_gradients_hook so that DDP sends no gradients; at its first step the
+    optimizer does so itself for a DDP model holding its parameters that has no communication hook,
+    and warns once, with the cost, when it cannot (the model has a hook of its own).
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
@@ -65,7 +76,52 @@ class DistributedLion(torch.optim.Optimizer):
         self.votes = votes
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
+        self._ddp_checked = False
         self._check_group()
+
+    def attach(self, ddp_model):
+        """Makes the DistributedDataParallel model that holds these parameters keep each rank's gradients
+        local (pride.ddp_hooks.local_gradients_hook): only the optimizer's vote crosses the network.
+        Call it after wrapping the model, before the first backward pass. Returns the model."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(ddp_model, DistributedDataParallel):
+            raise TypeError(f"DistributedLion.attach: expected a DistributedDataParallel model, got "
+                            f"{type(ddp_model).__name__}")
+        mine = {id(p) for group in self.param_groups for p in group["params"]}
+        if not any(id(p) in mine for p in ddp_model.parameters()):
+            raise ValueError("DistributedLion.attach: none of this optimizer's parameters belong to the model")
+        if ddp_hooks.has_local_gradients_hook(ddp_model):
+            return ddp_model
+        if getattr(ddp_model, "_comm_hooks", []):
+            raise ValueError("DistributedLion.attach: the model has a communication hook already (DDP takes one); "
+                             "remove it, or register pride.ddp_hooks.local_gradients_hook instead of it")
+        ddp_model.register_comm_hook(None, ddp_hooks.local_gradients_hook)
+        return ddp_model
+
+    def _check_ddp(self):
+        """Once, at the first step: a DDP model that holds these parameters and still all-reduces their
+        gradients is attached, or, if it has a hook of its own, named in a warning with what it costs."""
+        self._ddp_checked = True
+        params = [p for group in self.param_groups for p in group["params"]]
+        for model in ddp_hooks.ddp_models_holding(params):
+            if ddp_hooks.has_local_gradients_hook(model):
+                continue
+            grad_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
+            vote_mb = sum(p.numel() for p in params) / 8 / 2**20
+            if not getattr(model, "_comm_hooks", []):
+                self.attach(model)
+                _log.info("DistributedLion: registered pride.ddp_hooks.local_gradients_hook on the "
+                          "DistributedDataParallel model holding its parameters (DDP sent %.1f MB of gradients "
+                          "per step before the vote's %.1f MB); call opt.attach(model) to skip even the first "
+                          "step's allreduce", grad_mb, vote_mb)
+                continue
+            warnings.warn(
+                f"DistributedLion: its parameters belong to a DistributedDataParallel model whose communication "
+                f"hook still sends their gradients, about {grad_mb:.1f} MB per step, before the vote's "
+                f"{vote_mb:.1f} MB; every rank then votes on the same gradient and the 1-bit saving is lost. "
+                "Register pride.ddp_hooks.local_gradients_hook instead (opt.attach(model) does).",
+                stacklevel=3)
 
     def _check_group(self):
         """At construction, not at the first step: a job whose ranks would each train a model of their
@@ -127,6 +183,8 @@ class DistributedLion(torch.optim.Optimizer):
                 loss = closure()
         # G-Lion averages gradients with torch.distributed on whatever group it was given; the voting
         # modes need pride's sign-allreduce.
+        if not self._ddp_checked and self._distributed():
+            self._check_ddp()
         backend = self._backend() if self.mode != "global" else None
         layout = self._layout()
         digest = self._digest(layout)
