@@ -4,16 +4,18 @@
 # SPEC §6 as real processes, over shared memory and over TCP (build tree build/asan). --thread:
 # ThreadSanitizer on the thread-rank tests and on the torch plugin driven from several threads
 # (tests/plugin/test_backend_threads.cc; build/tsan; UCX and torch are not instrumented, see
-# tests/sanitizers/tsan.supp). Needs the venv of scripts/setup.sh (torch's c10d store). Not part of
-# .ci/run: it rebuilds the engine with sanitizers (minutes on 2 cores).
+# tests/sanitizers/tsan.supp). --ci: the reduced ASan + UBSan set that scripts/test.sh (and so CI)
+# runs: test_communicator and the killed-rank, giving-up and disagreeing-ranks scenarios over both
+# transports. Needs the venv of scripts/setup.sh (torch's c10d store).
 #
-#   bash scripts/sanitize.sh [--thread]
+#   bash scripts/sanitize.sh [--thread | --ci]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=address
 case "${1:-}" in
-  -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+  -h|--help) sed -n 2,11p "$0"; exit 0 ;;
   --thread) MODE=thread ;;
+  --ci) MODE=ci ;;
   "") ;;
   *) echo "sanitize: unknown option $1 (see --help)"; exit 2 ;;
 esac
@@ -39,17 +41,28 @@ if [ "$MODE" = thread ]; then
   [ $status -eq 0 ] && echo "sanitize: no sanitizer reports" || echo "sanitize: FAILED"
   exit $status
 fi
+# --ci (what scripts/test.sh runs): the communicator tests and the failure scenarios that free buffers
+# under in-flight requests (a killed rank, a rank that gives up, disagreeing ranks), both transports.
+ENGINE_TESTS="test_communicator test_workspace test_sign_allreduce test_standard"
+SCENARIOS=("ok 1" "silent 3" "die 2" "loop 1" "numel 2" "mode 1")
+if [ "$MODE" = ci ]; then
+  ENGINE_TESTS="test_communicator"
+  SCENARIOS=("die 2" "loop 1" "numel 2")
+fi
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIDE_SANITIZE=address,undefined \
   -DPython3_EXECUTABLE="$PY" -DPRIDE_BUILD_PERF=OFF > build/asan.configure.log
-cmake --build build/asan -j2 --target test_communicator test_workspace test_sign_allreduce test_standard fault_probe
+cmake --build build/asan -j2 --target $ENGINE_TESTS fault_probe > build/asan.build.log || {
+  tail -30 build/asan.build.log; echo "sanitize: the AddressSanitizer build failed"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-for t in test_communicator test_workspace test_sign_allreduce test_standard; do
-  echo "sanitize: $t"
-  "build/asan/tests/engine/$t" --gtest_brief=1
-done
 status=0
+for t in $ENGINE_TESTS; do
+  log="build/asan/$t.log"
+  "build/asan/tests/engine/$t" --gtest_brief=1 > "$log" 2>&1 || status=1
+  if grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$log"; then status=1; grep -A30 -E "AddressSanitizer|LeakSanitizer|runtime error" "$log" | head -60; fi
+  echo "sanitize: $t: $(grep -E 'PASSED|FAILED' "$log" | head -1)"
+done
 for shm in 1 0; do
-  for scenario in "ok 1" "silent 3" "die 2" "loop 1" "numel 2" "mode 1"; do
+  for scenario in "${SCENARIOS[@]}"; do
     set -- $scenario
     out=$(PRIDE_SHARED_MEMORY=$shm "$PY" tests/multiproc/run_multiproc.py fault \
       --probe build/asan/tests/multiproc/fault_probe --nproc 4 --scenario "$1" --victim "$2" --timeout 5 2>&1) || status=1

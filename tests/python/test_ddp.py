@@ -116,3 +116,45 @@ def _ddp_with_distributed_lion(rank, world, store_path):
 
 def test_ddp_wrapped_distributed_lion_sends_only_the_vote():
     run(_ddp_with_distributed_lion, 2)
+
+
+def _uneven_inputs_under_join(rank, world, store_path):
+    from torch.distributed.algorithms.join import Join
+
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    model = _lion_model()
+    ddp = DDP(model)
+    opt = DistributedLion(model.parameters(), lr=0.01)
+    opt.attach(ddp)
+    g = torch.Generator().manual_seed(100 + rank)
+    batches = 5 if rank == 0 else 3  # rank 1 runs out two steps early
+    with Join([ddp, opt]):
+        for step in range(batches):
+            x = torch.randn(16, 64, generator=g)
+            y = torch.randint(0, 8, (16,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            if rank == 0 and step >= 3:
+                # Rank 1 has joined and abstains: the vote is rank 0's alone, plain Lion on its gradient.
+                expected = []
+                for p in model.parameters():
+                    m = opt.state[p]["exp_avg"]
+                    c = m * 0.9 + p.grad * (1 - 0.9)
+                    expected.append(p.detach() - 0.01 * torch.sign(c))
+            opt.step()
+            if rank == 1 and step == batches - 1:
+                momentum_when_joining = [opt.state[p]["exp_avg"].clone() for p in model.parameters()]
+            if rank == 0 and step >= 3:
+                for p, e in zip(model.parameters(), expected):
+                    assert torch.allclose(p, e, atol=1e-7), (step, (p - e).abs().max())
+    if rank == 1:
+        for p, m in zip(model.parameters(), momentum_when_joining):
+            assert torch.equal(opt.state[p]["exp_avg"], m), "a joined rank's momentum must be left as it was"
+    _assert_replicas_identical(list(model.parameters()), world)
+    dist.destroy_process_group()
+
+
+def test_uneven_inputs_under_join_keep_replicas_identical():
+    run(_uneven_inputs_under_join, 2, deadline_s=90)

@@ -25,17 +25,24 @@ ucp_tag_t wire_tag(Tag tag, int sender) { return (ucp_tag_t(tag) << kRankBits) |
 
 class UcxRequest;
 
+}  // namespace
+
 // What UCX's completion callback touches. Ownership rule: the op belongs to UCX from the moment the
 // nbx call returns a request until the callback runs, and the callback frees it. A UcxRequest
-// destroyed while pending only detaches (owner = null) and cancels, so a late completion never writes
-// into freed memory.
+// destroyed while pending only detaches (owner = null), files the op with the transport's orphans and
+// cancels, so a late completion never writes into freed memory, and an op whose callback never comes
+// (UCX does not cancel sends) is freed with the worker.
 struct UcxOp {
   UcxRequest* owner = nullptr;
+  std::unordered_set<UcxOp*>* orphans = nullptr;  // set once detached
 };
+
+namespace {
 
 class UcxRequest final : public Request {
  public:
-  UcxRequest(ucp_worker_h worker, int peer, bool is_send, size_t bytes) : worker_(worker), op_(new UcxOp) {
+  UcxRequest(ucp_worker_h worker, std::unordered_set<UcxOp*>* orphans, int peer, bool is_send, size_t bytes)
+      : worker_(worker), orphans_(orphans), op_(new UcxOp) {
     op_->owner = this;
     peer_ = peer;
     is_send_ = is_send;
@@ -48,6 +55,8 @@ class UcxRequest final : public Request {
       return;
     }
     op_->owner = nullptr;
+    op_->orphans = orphans_;
+    orphans_->insert(op_);
     ucp_request_cancel(worker_, ucx_request_);
   }
 
@@ -85,6 +94,7 @@ class UcxRequest final : public Request {
 
  private:
   ucp_worker_h worker_;
+  std::unordered_set<UcxOp*>* orphans_;
   UcxOp* op_;
   void* ucx_request_ = nullptr;
 };
@@ -92,6 +102,7 @@ class UcxRequest final : public Request {
 void complete_op(void* ucx_request, void* user_data, ucs_status_t status, size_t bytes, int sender) {
   auto* op = static_cast<UcxOp*>(user_data);
   if (op->owner != nullptr) op->owner->finish(status, bytes, sender);
+  if (op->orphans != nullptr) op->orphans->erase(op);
   ucp_request_free(ucx_request);
   delete op;
 }
@@ -199,6 +210,8 @@ void UcxTransport::release() {
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
+  for (UcxOp* op : orphaned_ops_) delete op;  // their callbacks can no longer come
+  orphaned_ops_.clear();
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
 }
@@ -277,7 +290,7 @@ std::string UcxTransport::route(int peer) const {
 
 RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes) {
   PRIDE_ENFORCE(peer >= 0 && peer < size_, "rank {}: send to invalid peer {}", rank_, peer);
-  auto req = std::make_unique<UcxRequest>(worker_, peer, true, bytes);
+  auto req = std::make_unique<UcxRequest>(worker_, &orphaned_ops_, peer, true, bytes);
   if (!peers_[size_t(peer)]->failure.empty()) {
     req->start(UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET));
     return req;
@@ -294,7 +307,7 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes)
 RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes) {
   PRIDE_ENFORCE(peer == kAnyPeer || (peer >= 0 && peer < size_), "rank {}: receive from invalid peer {}",
                 rank_, peer);
-  auto req = std::make_unique<UcxRequest>(worker_, peer, false, bytes);
+  auto req = std::make_unique<UcxRequest>(worker_, &orphaned_ops_, peer, false, bytes);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

@@ -11,12 +11,15 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/store/store.h"
 #include "backend/transport/transport.h"
 
 namespace pride {
+
+struct UcxOp;  // ucx_transport.cc: what a UCX completion callback touches
 
 class UcxTransport final : public Transport {
  public:
@@ -64,6 +67,9 @@ class UcxTransport final : public Transport {
   int event_fd_ = -1;  // the worker's wakeup fd (UCP_FEATURE_WAKEUP); -1 when UCX has none
   std::vector<std::unique_ptr<Peer>> peers_;
   bool closing_ = false;
+  // Ops of requests destroyed while UCX still held them (a send to a peer that failed): UCX may never
+  // call back for them, so the transport frees what is left once the worker is gone (release()).
+  std::unordered_set<UcxOp*> orphaned_ops_;
 };
 
 }  // namespace pride

@@ -7,6 +7,7 @@ import warnings
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from .. import _C
 from .. import ddp_hooks
@@ -18,7 +19,7 @@ _MODES = ("vote", "mean", "global")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-class DistributedLion(torch.optim.Optimizer):
+class DistributedLion(torch.optim.Optimizer, Joinable):
     """Each rank runs Lion on its own gradients and momentum; only the 1-bit update travels.
 
     mode="vote" (MaVo): Δ = sign(Σ_i δ_i), the ranks' majority vote.
@@ -54,6 +55,11 @@ class DistributedLion(torch.optim.Optimizer):
     registers pride.ddp_hooks.local_gradients_hook so that DDP sends no gradients; at its first step the
     optimizer does so itself for a DDP model holding its parameters that has no communication hook,
     and warns once, with the cost, when it cannot (the model has a hook of its own).
+
+    Uneven inputs: the optimizer is a Joinable. Under ``torch.distributed.algorithms.join.Join([ddp_model,
+    opt])`` a rank that ran out of data shadows the others' steps: it abstains in every vote (a missing
+    gradient, above), so the ranks still training vote alone, replicas stay identical, and the joined
+    rank's momentum is left as it was.
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
@@ -77,7 +83,20 @@ class DistributedLion(torch.optim.Optimizer):
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
         self._ddp_checked = False
+        Joinable.__init__(self)
         self._check_group()
+
+    # ---- Joinable (torch.distributed.algorithms.join) ----
+    def join_hook(self, **kwargs):
+        return _ShadowStep(self)
+
+    @property
+    def join_device(self):
+        return self.param_groups[0]["params"][0].device
+
+    @property
+    def join_process_group(self):
+        return self.group if self.group is not None else dist.group.WORLD
 
     def attach(self, ddp_model):
         """Makes the DistributedDataParallel model that holds these parameters keep each rank's gradients
@@ -181,6 +200,13 @@ class DistributedLion(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        Join.notify_join_context(self)
+        self._step(shadow=False)
+        return loss
+
+    def _step(self, shadow):
+        """One step; a shadow step (a joined rank's, see join_hook) runs the same collectives with no
+        gradient at all, so this rank abstains everywhere and only the ranks still training vote."""
         # G-Lion averages gradients with torch.distributed on whatever group it was given; the voting
         # modes need pride's sign-allreduce.
         if not self._ddp_checked and self._distributed():
@@ -202,7 +228,7 @@ class DistributedLion(torch.optim.Optimizer):
                     raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got {p.dtype}")
                 by_dtype.setdefault((p.device, p.dtype), []).append(p)
             for (device, dtype), params in by_dtype.items():
-                grads = [None if p.grad is None else p.grad.contiguous() for p in params]
+                grads = [None if p.grad is None or shadow else p.grad.contiguous() for p in params]
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
                     grads = self._averaged(grads, params)
@@ -216,7 +242,6 @@ class DistributedLion(torch.optim.Optimizer):
                     self._bucket_elements(device, dtype), digest, self._workspace(device, dtype))
                 if not agreed:
                     self._raise_layout_mismatch(layout)
-        return loss
 
     def _momentum(self, p):
         """p's momentum, created (zeros) the first time p has a gradient to step with."""
@@ -296,3 +321,15 @@ def _first_difference(layouts):
             return f"param group {gi}'s (lr, betas, weight_decay) is " + ", ".join(
                 f"{h} on rank {r}" for r, h in hypers.items())
     return "the ranks' digests differ, but no difference was found in the gathered layouts"
+
+
+class _ShadowStep(JoinHook):
+    """What a joined rank runs for each step the other ranks still take."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def main_hook(self):
+        with torch.no_grad():
+            self.optimizer._step(shadow=True)
+
