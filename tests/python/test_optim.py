@@ -411,3 +411,93 @@ def _wrong_group_fails_at_construction(rank, world, store_path):
 
 def test_voting_over_a_group_that_is_not_pride_fails_at_construction():
     run(_wrong_group_fails_at_construction, 2)
+
+
+# ---- Per-rank optimizer state: torch.distributed.checkpoint, and one rank's state loaded everywhere ----
+
+def _train_steps(model, opt, rank, steps):
+    for step in steps:
+        for p, g in zip(model.parameters(), grads_for(model, rank, step)):
+            p.grad = g
+        opt.step()
+
+
+def _sharded_checkpoint(rank, world, store_path):
+    import os
+
+    import torch.distributed.checkpoint as dcp
+
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    checkpoint = os.path.join(os.path.dirname(store_path), "dcp")
+    model = make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.01)
+    _train_steps(model, opt, rank, range(3))
+    saved_params = {k: v.clone() for k, v in model.state_dict().items()}
+    my_momentum = [opt.state[p]["exp_avg"].clone() for p in model.parameters()]
+    dcp.save(opt.sharded_state_dict(), checkpoint_id=checkpoint)
+    _train_steps(model, opt, rank, range(3, 6))
+
+    resumed = make_model(torch.float32, seed=1)  # other weights and no momentum, until loaded
+    resumed.load_state_dict(saved_params)
+    opt2 = DistributedLion(resumed.parameters(), lr=0.5)  # the checkpoint's lr and weight decay win
+    state = opt2.sharded_state_dict()
+    dcp.load(state, checkpoint_id=checkpoint)
+    opt2.load_sharded_state_dict(state)
+    for p, m in zip(resumed.parameters(), my_momentum):
+        assert torch.equal(opt2.state[p]["exp_avg"], m), "each rank must get its own momentum back"
+    assert opt2.param_groups[0]["lr"] == 0.01 and opt2.param_groups[0]["weight_decay"] == 0.01
+    _train_steps(resumed, opt2, rank, range(3, 6))
+    for a, b in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+    # the momenta differ between ranks (else this test could not tell them apart)
+    flat = torch.cat([m.flatten() for m in my_momentum])
+    everyone = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(everyone, flat)
+    assert not torch.equal(everyone[0], everyone[1])
+    dist.destroy_process_group()
+
+
+def test_sharded_state_through_distributed_checkpoint_resumes_exactly():
+    run(_sharded_checkpoint, 2)
+
+
+def _rank0_state_everywhere(rank, world, store_path):
+    import logging
+    import os
+
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    path = os.path.join(os.path.dirname(store_path), "rank0_optimizer.pt")
+    model = make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01)
+    _train_steps(model, opt, rank, range(3))
+    if rank == 0:  # what a framework does: one rank saves the optimizer
+        torch.save(opt.state_dict(), path)
+    dist.barrier()
+    notes = []
+    handler = logging.Handler()
+    handler.emit = lambda record: notes.append(record.getMessage())
+    logging.getLogger("pride").addHandler(handler)
+    opt2 = DistributedLion(model.parameters(), lr=0.01)
+    opt2.load_state_dict(torch.load(path))
+    logging.getLogger("pride").removeHandler(handler)
+    rank0 = torch.load(path)["state"]
+    for i, p in enumerate(model.parameters()):
+        assert torch.equal(opt2.state[p]["exp_avg"], rank0[i]["exp_avg"])
+    if rank == 0:
+        assert not notes, notes
+    else:
+        assert len(notes) == 1 and "rank 0 of 2 saved" in notes[0] and "sharded_state_dict" in notes[0], notes
+    _train_steps(model, opt2, rank, range(3, 5))
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(everyone, flat)
+    assert torch.equal(everyone[0], everyone[1])
+    dist.destroy_process_group()
+
+
+def test_one_ranks_state_loaded_everywhere_is_defined_and_noted():
+    run(_rank0_state_everywhere, 2)

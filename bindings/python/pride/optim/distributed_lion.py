@@ -48,7 +48,11 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     buckets of ``bucket_mb`` MiB of parameters (default 4 on CPU, 64 on CUDA), packing one bucket
     while the previous one is on the wire. CUDA parameters are updated by fused kernels on the current
     stream (two launches per bucket, whatever the number of tensors); only the packed votes leave the GPU.
-    Momentum is per rank: save and load each rank's state_dict on the same number of ranks.
+    Momentum is per rank. ``sharded_state_dict()`` / ``load_sharded_state_dict()`` save and load every
+    rank's own momentum through torch.distributed.checkpoint (each rank's tensors under keys of its own,
+    so the checkpoint keeps them all). Frameworks that save one rank's ``state_dict()`` and load it on
+    every rank get a defined result: every rank starts from that rank's momentum (replicas stay
+    identical, since the parameters are and the update is voted), with a logged note.
 
     Under DistributedDataParallel, DDP would all-reduce the fp32 gradients before the vote (every rank
     then votes on the same average, and the traffic is DDP's, not the vote's). ``attach(ddp_model)``
@@ -85,6 +89,59 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self._ddp_checked = False
         Joinable.__init__(self)
         self._check_group()
+
+    # ---- Per-rank state ----
+    def _rank_and_world(self):
+        if not dist.is_initialized():
+            return 0, 1
+        return dist.get_rank(self.group), dist.get_world_size(self.group)
+
+    def state_dict(self):
+        """torch's optimizer state dict, plus which rank of how many saved it (this rank's momentum)."""
+        state = super().state_dict()
+        rank, world = self._rank_and_world()
+        state["pride"] = {"rank": rank, "world_size": world}
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("pride", None)
+        rank, world = self._rank_and_world()
+        if saved is not None and world > 1 and saved.get("rank") != rank:
+            _log.warning(
+                "DistributedLion (rank %d of %d): loading the optimizer state that rank %s of %s saved: this rank "
+                "starts from that rank's momentum (replicas stay identical). To keep every rank's own momentum, "
+                "save and load opt.sharded_state_dict() with torch.distributed.checkpoint.", rank, world,
+                saved.get("rank"), saved.get("world_size"))
+        super().load_state_dict(state_dict)
+
+    def sharded_state_dict(self):
+        """A state dict for torch.distributed.checkpoint (dcp.save / dcp.load) that keeps every rank's
+        momentum: the tensors live under "rank<r>", which no other rank writes, and the settings are
+        the same on every rank. Load with ``sd = opt.sharded_state_dict(); dcp.load(sd, ...);
+        opt.load_sharded_state_dict(sd)`` on the same number of ranks."""
+        rank, world = self._rank_and_world()
+        params = [p for group in self.param_groups for p in group["params"]]
+        momenta = {str(i): self._momentum(p) for i, p in enumerate(params)}  # zeros until a first step
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"param_groups": groups, "world_size": world, "momentum": {f"rank{rank}": momenta}}
+
+    def load_sharded_state_dict(self, state_dict):
+        rank, world = self._rank_and_world()
+        if state_dict.get("world_size") != world:
+            raise ValueError(f"DistributedLion: the checkpoint holds the momentum of {state_dict.get('world_size')} "
+                             f"ranks, this group has {world}; load it on as many ranks")
+        if len(state_dict["param_groups"]) != len(self.param_groups):
+            raise ValueError("DistributedLion: the checkpoint has a different number of parameter groups")
+        momenta = state_dict["momentum"][f"rank{rank}"]
+        params = [p for group in self.param_groups for p in group["params"]]
+        if len(momenta) != len(params):
+            raise ValueError(f"DistributedLion: the checkpoint has momentum for {len(momenta)} parameters, "
+                             f"the optimizer has {len(params)}")
+        for i, p in enumerate(params):
+            self._momentum(p).copy_(momenta[str(i)])
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            group.update(saved)
 
     # ---- Joinable (torch.distributed.algorithms.join) ----
     def join_hook(self, **kwargs):
