@@ -1,0 +1,1 @@
+"""Glue for training frameworks (see the README, "Use pride with ...")."""
