@@ -158,3 +158,42 @@ def _uneven_inputs_under_join(rank, world, store_path):
 
 def test_uneven_inputs_under_join_keep_replicas_identical():
     run(_uneven_inputs_under_join, 2, deadline_s=90)
+
+
+# ---- FSDP2 (fully_shard) over pride, against the same training over Gloo ----
+
+def _fsdp2_train(group, rank):
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 4))
+    mesh = DeviceMesh.from_group(group, "cpu")
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(100 + rank)
+    for _ in range(4):
+        x = torch.randn(8, 16, generator=g)
+        y = torch.randint(0, 4, (8,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return [p.full_tensor().detach().clone() for p in model.parameters()]  # DTensor shards, gathered
+
+
+def _fsdp2(rank, world, store_path):
+    init_group(rank, world, store_path)
+    gloo = dist.new_group(backend="gloo")
+    with_pride = _fsdp2_train(dist.group.WORLD, rank)
+    with_gloo = _fsdp2_train(gloo, rank)
+    for a, b in zip(with_pride, with_gloo):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a - b).abs().max()
+    dist.destroy_process_group()
+
+
+def test_fsdp2_trains_like_over_gloo():
+    run(_fsdp2, 2)
