@@ -120,15 +120,17 @@ void Collective::fail(const std::string& what) {
   throw Error(message);
 }
 
-RequestPtr Collective::send(int peer, uint32_t slot, const void* buf, size_t bytes) {
+RequestPtr Collective::send(int peer, uint32_t slot, const void* buf, size_t bytes, MemoryType memory) {
   PRIDE_ENFORCE(slot <= kMaxSlot, "{}: slot {} out of range", describe(), slot);
-  comm_.traffic_[algorithm_].bytes_sent += bytes;
-  return comm_.transport_->isend(peer, collective_tag(sequence_, slot), buf, bytes);
+  TrafficCounters& counters = comm_.traffic_[algorithm_];
+  counters.bytes_sent += bytes;
+  if (memory != MemoryType::kHost) counters.device_bytes_sent += bytes;
+  return comm_.transport_->isend(peer, collective_tag(sequence_, slot), buf, bytes, memory);
 }
 
-RequestPtr Collective::recv(int peer, uint32_t slot, void* buf, size_t bytes) {
+RequestPtr Collective::recv(int peer, uint32_t slot, void* buf, size_t bytes, MemoryType memory) {
   PRIDE_ENFORCE(slot <= kMaxSlot, "{}: slot {} out of range", describe(), slot);
-  return comm_.transport_->irecv(peer, collective_tag(sequence_, slot), buf, bytes);
+  return comm_.transport_->irecv(peer, collective_tag(sequence_, slot), buf, bytes, memory);
 }
 
 void Collective::check_request(const Request& r) {

@@ -43,6 +43,7 @@ struct TrafficCounters {
   uint64_t calls = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t device_bytes_sent = 0;  // the part of bytes_sent sent straight from device (GPU) memory
 };
 
 class Communicator;
@@ -73,8 +74,9 @@ class Collective {
   // above it, up to 2^22 - 1, carry the communicator's fingerprint check.
   static constexpr uint32_t kControlSlots = 64;
   static constexpr uint32_t kMaxSlot = (1u << 22) - 1 - kControlSlots;
-  RequestPtr send(int peer, uint32_t slot, const void* buf, size_t bytes);
-  RequestPtr recv(int peer, uint32_t slot, void* buf, size_t bytes);
+  // `memory`: where the buffer lives (the transport must carry() it).
+  RequestPtr send(int peer, uint32_t slot, const void* buf, size_t bytes, MemoryType memory = MemoryType::kHost);
+  RequestPtr recv(int peer, uint32_t slot, void* buf, size_t bytes, MemoryType memory = MemoryType::kHost);
   // Waits for every request (null entries are skipped); throws on failure, abort or deadline.
   void wait(RequestPtr& request);
   void wait_all(std::vector<RequestPtr>& requests);

@@ -42,6 +42,7 @@ py::dict traffic_dict(const std::map<std::string, pride::TrafficCounters>& traff
     d["calls"] = t.calls;
     d["bytes_sent"] = t.bytes_sent;
     d["bytes_received"] = t.bytes_received;
+    d["device_bytes_sent"] = t.device_bytes_sent;
     out[py::str(name)] = d;
   }
   return out;

@@ -77,15 +77,25 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
     sizes = shapes_for(int(args.params), args.tensors)
     params = make_params(sizes, dtype, "cuda", seed=1 + rank)
     opt = DistributedLion(params, lr=1e-4, weight_decay=0.1, mode=args.mode, bucket_mb=args.bucket_mb)
+    opt.step()  # the momentum buffers exist from here on: they are Lion's state, not pride's overhead
+    torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    if world > 1:
+        pride.reset_stats()
     pride_ms = time_steps(opt.step, args.steps, args.warmup)
+    peak_growth = torch.cuda.max_memory_allocated() - before
     param_bytes = sum(p.numel() for p in params) * params[0].element_size()
     workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
     bucket_bytes = (args.bucket_mb or 64.0) * (1 << 20)
     row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
                pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
-               allocated_growth_bytes=torch.cuda.memory_allocated() - before)
+               allocated_growth_bytes=torch.cuda.memory_allocated() - before,
+               peak_growth_bytes=peak_growth, cuda_path=os.environ.get("PRIDE_CUDA_PATH", "auto"))
+    if world > 1:
+        stats = pride.stats()
+        row["bytes_sent"], row["device_bytes_sent"] = stats["bytes_sent"], stats["device_bytes_sent"]
     if world == 1 and not args.no_baseline:
         from lion_pytorch import Lion
 
@@ -124,8 +134,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--bucket-mb", type=float, default=None, help="DistributedLion bucket size (default: pride's)")
     parser.add_argument("--no-baseline", action="store_true", help="skip lion-pytorch (N = 1 only)")
+    parser.add_argument("--cuda-path", choices=["auto", "device", "host"], default=None,
+                        help="PRIDE_CUDA_PATH for the ranks: how the packed bits travel (default: the environment's)")
     parser.add_argument("--json", help="append the result rows to this file")
     args = parser.parse_args()
+    if args.cuda_path is not None:
+        os.environ["PRIDE_CUDA_PATH"] = args.cuda_path  # read by each rank's pride at its first collective
     if not torch.cuda.is_available():
         sys.exit("bench_dlion_cuda: no CUDA device")
     if args.world == 1:
@@ -153,8 +167,11 @@ def main():
     if "lion_pytorch_triton_ms" in r0:
         print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")
         print(f"HBM floor (5 passes at {r0['copy_GBps']:.0f} GB/s copy): {r0['hbm_floor_ms']:.3f} ms")
-    print(f"extra device memory per rank: {r0['workspace_bytes'] / 2**20:.1f} MiB "
+    print(f"extra device memory per rank: {r0['workspace_bytes'] / 2**20:.1f} MiB held by the optimizer, "
+          f"{max(r['peak_growth_bytes'] for r in rows) / 2**20:.1f} MiB peak growth during the steps "
           f"(limit 1/8 of parameters + one bucket: {r0['memory_limit_bytes'] / 2**20:.1f} MiB)")
+    if "device_bytes_sent" in r0:
+        print(f"data path {r0['cuda_path']}: {r0['device_bytes_sent']} of {r0['bytes_sent']} bytes sent from GPU memory (rank 0)")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:

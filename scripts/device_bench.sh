@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmarks (docs/performance.md, "GPU"): the CUDA kernels against a device-to-device copy, and
 # DistributedLion.step() on 350M parameters against lion-pytorch's Triton Lion (N = 1) and with 4 ranks
-# sharing the GPU. Run by scripts/device_test.sh --bench after a build; on its own:
+# sharing the GPU, by both data paths (device memory over UCX cuda_ipc, and pinned host staging). Run by scripts/device_test.sh --bench after a build; on its own:
 #
 #   bash scripts/device_bench.sh [--out DIR] [--build-dir build/device] [--quick]
 set -uo pipefail
@@ -27,5 +27,6 @@ run "$BUILD/perf/kernels/bench_cuda_kernels" -d float32
 run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --json "$RESULTS/dlion.jsonl"
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --json "$RESULTS/dlion.jsonl"
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path host --json "$RESULTS/dlion.jsonl"
 exit $status

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <atomic>
 
+#include "backend/common/settings.h"
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/engine/call_description.h"
+#include "collectives/engine/sign/data_path.h"
+#include "torch_plugin/cuda_plane_ops.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -18,7 +21,7 @@ namespace pride::torch_plugin {
 
 struct CudaLionWorkspace::Buffers {
   at::Tensor votes, planes;              // device, int64 words: every bucket's vote and result planes
-  at::Tensor votes_host, planes_host;    // pinned twins (only with a group)
+  at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path (only with a group)
   at::Tensor slices_host, slices;        // the slice tables, pinned and on the device
   cudaEvent_t last_use = nullptr;        // the end of the last step's use of the pinned buffers
   std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
@@ -99,42 +102,21 @@ struct BucketPlan {
   c10::intrusive_ptr<c10d::Work> work;
 };
 
-// The result planes of one rank's own votes, decided on the device (SignPlan::finalize with N = 1).
-void finalize_one_rank(const SignPlan& plan, const uint64_t* votes, size_t nwords, uint64_t* planes,
-                       cudaStream_t stream) {
-  const uint64_t* neg = votes + nwords;
-  if (plan.mode == SignMode::kVote) {
-    uint64_t* tie = plan.result_planes == 2 ? planes + nwords : nullptr;
-    check_launch(plan.kind == VoteKind::kBinary
-                     ? bits::cuda::vote_from_count(votes, 1, nwords, 1, planes, tie, stream)
-                     : bits::cuda::vote_from_counts(votes, neg, 1, nwords, planes, tie, stream),
-                 "vote threshold");
-  } else if (plan.kind == VoteKind::kBinary) {
-    C10_CUDA_CHECK(cudaMemcpyAsync(planes, votes, nwords * 8, cudaMemcpyDeviceToDevice, stream));
-    if (plan.result_planes > 1) {
-      C10_CUDA_CHECK(cudaMemsetAsync(planes + nwords, 0, size_t(plan.result_planes - 1) * nwords * 8, stream));
-    }
-  } else {
-    check_launch(bits::cuda::counter_signed_offset(votes, neg, 1, nwords, 1, planes, plan.result_planes, stream),
-                 "mean offset");
-  }
-}
-
 struct StepPlan {
   SignPlan binary, ternary;  // the two encodings a bucket may travel in
   SignOptions options;
   LionVotes votes;
   LionHyper hyper;
   bits::DType dtype;
-  cudaStream_t stream;
+  cudaStream_t stream;         // the caller's: local update, pack, apply
+  c10::cuda::CUDAStream vote_stream;  // the worker's: agreement, exchange and count of each bucket's planes
   c10::Device device;
 };
 
 // Returns false (nothing applied) when the ranks' layouts differ.
 bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const StepPlan& step,
-                     std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& lion_slices,
-                     const std::vector<TensorSlice>& apply_slices, const TensorSlice* lion_table,
-                     const TensorSlice* apply_table);
+                     std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& apply_slices,
+                     const TensorSlice* lion_table, const TensorSlice* apply_table);
 
 }  // namespace
 
@@ -154,6 +136,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       hyper,
                       to_sign_dtype(params[0].scalar_type(), "DistributedLion"),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
+                      c10::cuda::getStreamFromPool(false, device.index()),
                       device};
   const size_t elem = bits::dtype_size(step.dtype);
   CudaLionWorkspace::Buffers& ws = workspace.buffers();
@@ -241,7 +224,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   // still read and write the workspace: wait for every task that was queued, then rethrow.
   bool applied = false;
   try {
-    applied = pack_vote_apply(backend, ws, step, buckets, lion_slices, apply_slices, lion_table, apply_table);
+    applied = pack_vote_apply(backend, ws, step, buckets, apply_slices, lion_table, apply_table);
   } catch (...) {
     for (BucketPlan& b : buckets) {
       if (!b.work) continue;
@@ -259,11 +242,52 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
 
 namespace {
 
-// The word ranges of a bucket's slices that voted here (for the abstention check and binary_as_ternary).
-WordRanges voting_ranges(const BucketPlan& b, const std::vector<TensorSlice>& lion_slices) {
-  WordRanges ranges;
-  for (size_t i = b.first_lion; i < b.first_lion + b.nlion; ++i) ranges.emplace_back(lion_slices[i].word, lion_slices[i].count);
-  return ranges;
+// Whether some element of the bucket's voting slices must abstain (neither bit set), decided on the
+// device: only a flag comes back to the host.
+bool any_abstention_on_device(const TensorSlice* lion_slices, size_t nslices, const uint64_t* pos,
+                              const uint64_t* neg, c10::Device device, cudaStream_t stream) {
+  at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
+  check_launch(bits::cuda::find_abstentions_slices(lion_slices, nslices, pos, neg, flag.data_ptr<int>(), stream),
+               "find_abstentions");
+  return flag.item<int>() != 0;  // item() copies on the current stream (the caller's `stream`) and waits
+}
+
+// One bucket's vote, on the worker: the agreement, then the exchange and count of its planes by the
+// data path that applies (collectives/engine/sign/data_path.h), the result planes left on the device.
+void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uint64_t* votes, uint64_t* planes,
+                    uint64_t* votes_host, uint64_t* planes_host, const TensorSlice* lion_table) {
+  const cudaStream_t stream = step.vote_stream.stream();
+  const bool packed_ternary = step.votes != LionVotes::kBinary;
+  if (step.votes == LionVotes::kExact) {
+    b.input.wants_ternary =
+        any_abstention_on_device(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords, step.device, stream);
+  }
+  if (step.votes == LionVotes::kTernary) b.input.wants_ternary = true;
+  b.agreed = agree_on_bucket(comm, b.input);
+  if (!b.agreed.layouts_agree) return;
+  SignOptions options = step.options;
+  options.votes = b.agreed.votes;
+  if (options.votes == VoteKind::kTernary && !packed_ternary) {
+    check_launch(bits::cuda::binary_as_ternary_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
+                                                      stream),
+                 "binary_as_ternary");
+  }
+  const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
+  options.algorithm = choose_sign_algorithm(comm, plan, b.size, options);
+  const DataPath path = choose_data_path(Settings::get().cuda_path, comm.transport().carries(MemoryType::kCuda),
+                                         options.algorithm, comm.rank());
+  if (path == DataPath::kDeviceMemory) {
+    CudaPlaneOps ops(step.device, stream, comm.rank());
+    b.plan = sign_allreduce_planes(comm, ops, votes, b.size, options, kSignInputOptimizerBucket, planes).plan;
+    return;
+  }
+  C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, votes, size_t(plan.counters) * b.nwords * 8, cudaMemcpyDeviceToHost,
+                                 stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  b.plan = sign_allreduce_planes(comm, votes_host, b.size, options, kSignInputOptimizerBucket, planes_host).plan;
+  C10_CUDA_CHECK(cudaMemcpyAsync(planes, planes_host, size_t(b.plan.result_planes) * b.nwords * 8,
+                                 cudaMemcpyHostToDevice, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 // The bucket's apply slices of the tensors that some rank has a gradient for, on the device (only
@@ -284,14 +308,13 @@ at::Tensor apply_slices_with_grad(const BucketPlan& b, const std::vector<TensorS
 }
 
 bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const StepPlan& step,
-                     std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& lion_slices,
-                     const std::vector<TensorSlice>& apply_slices, const TensorSlice* lion_table,
-                     const TensorSlice* apply_table) {
+                     std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& apply_slices,
+                     const TensorSlice* lion_table, const TensorSlice* apply_table) {
   const cudaStream_t stream = step.stream;
   const bool pack_ternary = step.votes != LionVotes::kBinary;
   // Set by the first bucket that finds the layouts differ; later buckets then send nothing.
   auto layouts_differ = std::make_shared<std::atomic<bool>>(false);
-  // 1 and 2: pack each bucket on the GPU; with a group, send its bits to the worker as soon as they are on the host.
+  // 1 and 2: pack each bucket on the GPU; with a group, hand it to the worker, which starts once it is packed.
   for (size_t k = 0; k < buckets.size(); ++k) {
     BucketPlan& b = buckets[k];
     uint64_t* votes = words_of(ws.votes) + b.vote_offset;
@@ -305,39 +328,26 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     if (backend == nullptr) {  // a world of one: its own view is everyone's
       b.plan = pack_ternary ? step.ternary : step.binary;
       b.agreed.any_grad = b.input.has_grad;
-      finalize_one_rank(b.plan, votes, b.nwords, planes, stream);
+      finalize_on_device(b.plan, votes, 1, b.nwords, planes, b.nwords, stream);  // N = 1: the votes are the count
       continue;
     }
     uint64_t* votes_host = words_of(ws.votes_host) + b.vote_offset;
     uint64_t* planes_host = words_of(ws.planes_host) + b.plane_offset;
-    C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, votes, (pack_ternary ? 2 : 1) * b.nwords * 8, cudaMemcpyDeviceToHost,
-                                   stream));
     cudaEvent_t packed = ws.packed[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
     BucketPlan* bucket = &b;  // `buckets` is not resized while tasks run; the step waits for every one
     // The task holds the pinned buffers too: they live as long as anything may touch them.
     b.work = backend->run_on_worker(
         "pride:distributed_lion", {},
-        [packed, votes_host, planes_host, bucket, &step, layouts_differ, ranges = voting_ranges(b, lion_slices),
+        [packed, votes, planes, votes_host, planes_host, bucket, &step, layouts_differ, lion_table,
          keep = std::make_pair(ws.votes_host, ws.planes_host)](Communicator& comm) {
           (void)keep;
           if (layouts_differ->load()) return;
-          C10_CUDA_CHECK(cudaEventSynchronize(packed));
-          if (step.votes == LionVotes::kExact) {
-            bucket->input.wants_ternary = any_abstention(votes_host, votes_host + bucket->nwords, ranges);
-          }
-          if (step.votes == LionVotes::kTernary) bucket->input.wants_ternary = true;
-          bucket->agreed = agree_on_bucket(comm, bucket->input);
-          if (!bucket->agreed.layouts_agree) {
-            layouts_differ->store(true);
-            return;
-          }
-          SignOptions options = step.options;
-          options.votes = bucket->agreed.votes;
-          if (options.votes == VoteKind::kTernary && step.votes == LionVotes::kBinary) {
-            binary_as_ternary(votes_host, votes_host + bucket->nwords, bucket->nwords, ranges);
-          }
-          bucket->plan = sign_allreduce_planes(comm, votes_host, bucket->size, options, kSignInputOptimizerBucket, planes_host).plan;
+          c10::cuda::CUDAGuard device_guard(step.device);
+          c10::cuda::CUDAStreamGuard stream_guard(step.vote_stream);  // the worker's allocations and copies
+          C10_CUDA_CHECK(cudaStreamWaitEvent(step.vote_stream.stream(), packed, 0));
+          vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table);
+          if (!bucket->agreed.layouts_agree) layouts_differ->store(true);
         });
   }
 
@@ -352,8 +362,7 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
         }
         return false;
       }
-      C10_CUDA_CHECK(cudaMemcpyAsync(planes, words_of(ws.planes_host) + b.plane_offset,
-                                     size_t(b.plan.result_planes) * b.nwords * 8, cudaMemcpyHostToDevice, stream));
+      // The worker has left the result planes on the device and waited for its stream.
     }
     const TensorSlice* table = apply_table + b.first_apply;
     size_t nslices = b.napply;

@@ -2,9 +2,11 @@
 // bits). Per bucket of the flat index space:
 //   1. local update + pack: one launch over every tensor piece of the bucket (tensor_slices.h) reads
 //      g and m, writes m and the vote bits, on the caller's current stream;
-//   2. vote: the packed bits (1/32 of float32) go to pinned host memory and the group's worker runs
-//      the host sign-allreduce on them while the GPU packs the next bucket;
-//   3. apply: the result planes come back and one launch applies x ← x·(1 − lr·λ) − lr·Δ.
+//   2. vote, on the group's worker while the GPU packs the next bucket: the agreement (abstentions are
+//      found on the device, only a flag comes back), then the exchange and count of the packed bits by
+//      the data path that applies (collectives/engine/sign/data_path.h): device memory moved by UCX
+//      and counted on the GPU, or pinned host staging and the host engine;
+//   3. apply: one launch applies x ← x·(1 − lr·λ) − lr·Δ from the result planes on the device.
 // A world of one (no group, or G-Lion's local step) never leaves the GPU: the planes are decided on
 // the device. The workspace keeps the device and pinned buffers from step to step.
 #pragma once
@@ -38,7 +40,7 @@ class CudaLionWorkspace {
 };
 
 // As distributed_lion_step (undefined grads abstain, the layout digest, false when layouts differ);
-// the agreement (bucket_agreement.h) is decided from the packed planes on the host.
+// the agreement (bucket_agreement.h) is decided from the packed planes on the device.
 bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,

@@ -20,6 +20,10 @@ constexpr int kTagBits = 47;
 constexpr Tag kControlTag = Tag(1) << kTagBits;
 using Clock = std::chrono::steady_clock;
 
+// Where a message's buffer lives. A transport that cannot read or write a kind of memory says so
+// (Transport::carries); its callers then stage such buffers through host memory themselves.
+enum class MemoryType : uint8_t { kHost, kCuda };
+
 // One non-blocking send or receive. Completion is observed through Transport::progress().
 class Request {
  public:
@@ -52,10 +56,17 @@ class Transport {
   virtual const char* name() const = 0;
 
   // The buffer must stay valid until the request completes or is destroyed (destroying a pending
-  // request cancels it).
-  virtual RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes) = 0;
+  // request cancels it). `memory` says where it lives; only kinds the transport carries() are allowed.
+  virtual RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes, MemoryType memory) = 0;
   // peer may be kAnyPeer (then only the tag is matched).
-  virtual RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) = 0;
+  virtual RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes, MemoryType memory) = 0;
+  RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes) {
+    return isend(peer, tag, buf, bytes, MemoryType::kHost);
+  }
+  RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) { return irecv(peer, tag, buf, bytes, MemoryType::kHost); }
+
+  // Whether buffers of this memory type can be sent and received as they are. Host memory always can.
+  virtual bool carries(MemoryType memory) const { return memory == MemoryType::kHost; }
 
   // Advances outstanding operations; returns true when anything happened.
   virtual bool progress() = 0;

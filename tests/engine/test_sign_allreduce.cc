@@ -5,10 +5,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "collectives/engine/sign/data_path.h"
+#include "collectives/engine/sign/plane_ops.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_allreduce.h"
 #include "tests/engine/rank_threads.h"
@@ -55,6 +60,22 @@ struct Case {
   DType dtype;
   size_t n;
 };
+
+// Oracle: s = Σ votes as int32, then sign(s) or float32(s) / float32(N) rounded to the dtype; the
+// sums come back in `sum`.
+std::vector<uint8_t> oracle_values(const Case& c, int N, uint64_t salt, std::vector<int32_t>& sum) {
+  sum.assign(c.n, 0);
+  for (int r = 0; r < N; ++r) {
+    auto xr = rank_input(c.dtype, c.n, r, salt);
+    for (size_t i = 0; i < c.n; ++i) sum[i] += vote_of(c.dtype, xr, i, c.kind);
+  }
+  std::vector<uint8_t> expected(c.n * bits::dtype_size(c.dtype));
+  for (size_t i = 0; i < c.n; ++i) {
+    float want = c.mode == SignMode::kVote ? float((sum[i] > 0) - (sum[i] < 0)) : float(sum[i]) / float(N);
+    oracle::store_float(c.dtype, want, expected.data(), i);
+  }
+  return expected;
+}
 
 void check_case(Communicator& comm, const Case& c, uint64_t salt) {
   const int N = comm.size();
@@ -130,6 +151,120 @@ TEST(SignAllreduce, ManySegmentsEveryAlgorithm) {
   });
   unsetenv("PRIDE_SEGMENT_BYTES");
   Settings::reload();
+}
+
+// The direct algorithm over planes that a PlaneOps keeps elsewhere (the GPU path, plane_ops.h), with a
+// PlaneOps that behaves as a GPU stream does: its work runs only when settle() is called, and its fresh
+// buffers hold garbage. A direct algorithm that sent a buffer, or reused one, before settling would get
+// stale or garbage bits and miss the oracle.
+class DeferredPlaneOps final : public PlaneOps {
+ public:
+  MemoryType memory() const override { return MemoryType::kHost; }
+  uint64_t* scratch(SignScratch what, size_t words, uint32_t instance) override {
+    std::vector<uint64_t>& b = buffers_[{uint32_t(what), instance}];
+    if (b.size() < words) b.assign(words, 0xA5A5A5A5A5A5A5A5ull);
+    return b.data();
+  }
+  void gather(const uint64_t* base, size_t stride, int planes, patterns::Range words, uint64_t* out) override {
+    queue_.push_back([=] { gather_planes(base, stride, planes, words, out); });
+  }
+  void scatter(const uint64_t* in, int planes, patterns::Range words, uint64_t* base, size_t stride) override {
+    queue_.push_back([=] { scatter_planes(in, planes, words, base, stride); });
+  }
+  void count(const uint64_t* const* ballots, int nballots, size_t nwords, uint64_t* counter,
+             int counter_planes) override {
+    std::vector<const uint64_t*> copy(ballots, ballots + nballots);  // the caller's array is gone by then
+    queue_.push_back([=] { bits::count_planes(copy.data(), nballots, nwords, counter, counter_planes); });
+  }
+  void finalize(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
+                size_t result_stride) override {
+    queue_.push_back([=] { plan.finalize(counts, planes, nwords, result, result_stride); });
+  }
+  void settle() override {
+    deferred_ += queue_.size();
+    for (auto& work : queue_) work();
+    queue_.clear();
+  }
+  size_t deferred() const { return deferred_; }
+
+ private:
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint64_t>> buffers_;
+  std::vector<std::function<void()>> queue_;
+  size_t deferred_ = 0;
+};
+
+TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
+  for (const char* segment_bytes : {"1048576", "512"}) {  // one segment, and the pipelined many
+    setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
+    Settings::reload();
+    for (int N : {1, 2, 3, 5}) {
+      testing::run_ranks(N, [&](Communicator& comm) {
+        uint64_t salt = 900;
+        for (auto mode : {SignMode::kVote, SignMode::kMean}) {
+          for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+            for (size_t n : {size_t(0), size_t(65), size_t(64 * 64 * 5 + 33)}) {
+              const Case c{SignAlgorithm::kDirect, mode, kind, DType::kFloat32, n};
+              const auto x = rank_input(c.dtype, n, comm.rank(), salt);
+              const size_t W = bits::words_for(n);
+              std::vector<uint64_t> votes(2 * W, 0);
+              if (kind == VoteKind::kBinary) bits::pack_binary(x.data(), c.dtype, n, votes.data());
+              else bits::pack_ternary(x.data(), c.dtype, n, votes.data(), votes.data() + W);
+              const SignPlan plan = SignPlan::make(N, mode, kind);
+              std::vector<uint64_t> planes(size_t(plan.result_planes) * W, 0x5A5A5A5A5A5A5A5Aull);
+              DeferredPlaneOps ops;
+              const SignResult r = sign_allreduce_planes(comm, ops, votes.data(), n, {mode, kind, SignAlgorithm::kDirect},
+                                                         uint32_t(c.dtype), planes.data());
+              EXPECT_EQ(r.algorithm, SignAlgorithm::kDirect);
+              if (n > 0) {
+                EXPECT_GT(ops.deferred(), 0u) << "nothing went through the PlaneOps";
+              }
+              std::vector<uint8_t> y(x.size());
+              r.write(y.data(), c.dtype);
+              std::vector<int32_t> sum;
+              const auto want = oracle_values(c, N, salt, sum);
+              for (size_t i = 0; i < n; ++i) {
+                ASSERT_EQ(std::memcmp(y.data() + 4 * i, want.data() + 4 * i, 4), 0)
+                    << "N=" << N << " rank " << comm.rank() << " " << name(mode) << " " << name(kind) << " n=" << n
+                    << " segment bytes " << segment_bytes << " element " << i << ": sum " << sum[i];
+              }
+              ++salt;
+            }
+          }
+        }
+      });
+    }
+  }
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  Settings::reload();
+}
+
+// Planes outside host memory take the direct algorithm only: another one is refused before anything is sent.
+TEST(SignAllreduce, DeferredPlaneOpsRefuseOtherAlgorithms) {
+  testing::run_ranks(2, [](Communicator& comm) {
+    std::vector<uint64_t> votes(1, 0), planes(2, 0);
+    DeferredPlaneOps ops;
+    EXPECT_THROW(sign_allreduce_planes(comm, ops, votes.data(), 10, {SignMode::kVote, VoteKind::kBinary,
+                                                                      SignAlgorithm::kRing},
+                                       uint32_t(DType::kFloat32), planes.data()),
+                 InvalidArgument);
+  });
+}
+
+TEST(SignAllreduce, CudaDataPathChoice) {
+  using A = SignAlgorithm;
+  EXPECT_EQ(choose_data_path("auto", true, A::kDirect, 0), DataPath::kDeviceMemory);
+  EXPECT_EQ(choose_data_path("auto", false, A::kDirect, 0), DataPath::kHostStaging);
+  EXPECT_EQ(choose_data_path("auto", true, A::kRing, 0), DataPath::kHostStaging);
+  EXPECT_EQ(choose_data_path("host", true, A::kDirect, 0), DataPath::kHostStaging);
+  EXPECT_EQ(choose_data_path("device", true, A::kDirect, 0), DataPath::kDeviceMemory);
+  EXPECT_EQ(choose_data_path("device", true, A::kTree, 0), DataPath::kHostStaging);
+  try {
+    choose_data_path("device", false, A::kDirect, 3);
+    ADD_FAILURE() << "PRIDE_CUDA_PATH=device without CUDA support in the transport was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(choose_data_path("gpu", true, A::kDirect, 0), InvalidArgument);
 }
 
 TEST(SignAllreduce, PackedInputIgnoresTrailingBits) {

@@ -324,5 +324,72 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
   }
 }
 
+// The helpers that let an optimizer bucket switch to ternary votes on the device, element by element
+// against the definition: an abstention is an element of a slice with neither bit; binary as ternary
+// keeps pos and sets neg = not pos on the slices' elements, and leaves other words alone.
+TEST(CudaSlices, AbstentionsAndBinaryAsTernaryFollowTheirDefinition) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 131073};
+  std::vector<cuda::TensorSlice> slices;
+  std::vector<std::pair<size_t, size_t>> elements;  // (first element, count) of each slice in the flat space
+  std::vector<size_t> last_slice_of_tensor;
+  size_t total = 0;
+  for (size_t n : sizes) {
+    for (size_t first = 0; first < n; first += cuda::kSliceElements) {
+      const uint32_t count = uint32_t(std::min<size_t>(cuda::kSliceElements, n - first));
+      slices.push_back({nullptr, nullptr, (total + first) / 64, count, 1});
+      elements.emplace_back(total + first, count);
+    }
+    last_slice_of_tensor.push_back(slices.size() - 1);
+    total += (n + 63) / 64 * 64;
+  }
+  total += 128;  // two words that no slice covers
+  const size_t W = words_for(total);
+  auto bit = [](const std::vector<uint64_t>& plane, size_t j) { return (plane[j / 64] >> (j % 64)) & 1u; };
+  // Votes as lion_vote_slices leaves them: every element +1 or −1, bits past a slice's end zero.
+  std::vector<uint64_t> pos(W, 0), neg(W, 0);
+  const auto random_bits = random_counter(W * 64, 1, 1);  // one random plane of W words
+  for (const auto& [first, count] : elements) {
+    for (size_t j = first; j < first + count; ++j) {
+      if (bit(random_bits, j)) pos[j / 64] |= uint64_t{1} << (j % 64);
+      else neg[j / 64] |= uint64_t{1} << (j % 64);
+    }
+  }
+  DeviceBuffer dslices(slices);
+  const auto* table = static_cast<const cuda::TensorSlice*>(dslices.get());
+  for (int abstainer : {-1, 0, 1, 3, 5}) {  // -1: nobody abstains; else the last element of that tensor's last slice
+    std::vector<uint64_t> p = pos, q = neg;
+    if (abstainer >= 0) {
+      const size_t last = last_slice_of_tensor[size_t(abstainer)];
+      const size_t j = elements[last].first + elements[last].second - 1;
+      p[j / 64] &= ~(uint64_t{1} << (j % 64));
+      q[j / 64] &= ~(uint64_t{1} << (j % 64));
+    }
+    DeviceBuffer dp(p), dq(q), dflag(std::vector<int>{0});
+    finish(cuda::find_abstentions_slices(table, slices.size(), dp.words(), dq.words(),
+                                         static_cast<int*>(dflag.get()), nullptr));
+    EXPECT_EQ(dflag.read<int>(1)[0], abstainer >= 0 ? 1 : 0) << "abstainer " << abstainer;
+  }
+  // Binary as ternary: garbage in the negative plane and past the slices must not survive inside them.
+  std::vector<uint64_t> garbage = random_counter(W * 64, 1, 1);
+  DeviceBuffer dp(pos), dq(garbage);
+  finish(cuda::binary_as_ternary_slices(table, slices.size(), dp.words(), dq.words(), nullptr));
+  const auto p = dp.read<uint64_t>(W), q = dq.read<uint64_t>(W);
+  std::vector<bool> covered(W * 64, false);
+  for (const auto& [first, count] : elements) {
+    for (size_t j = first; j < first + count; ++j) covered[j] = true;
+  }
+  for (const auto& s : slices) {  // whole words of the slices: elements get ±1, the rest of the word 0
+    for (size_t w = s.word; w < s.word + (size_t{s.count} + 63) / 64; ++w) {
+      for (size_t j = w * 64; j < w * 64 + 64; ++j) {
+        const bool in = covered[j];
+        ASSERT_EQ(bit(p, j), in ? bit(pos, j) : 0u) << "pos, element " << j;
+        ASSERT_EQ(bit(q, j), in ? 1u - bit(pos, j) : 0u) << "neg, element " << j;
+      }
+    }
+  }
+  for (size_t w = W - 2; w < W; ++w) EXPECT_EQ(q[w], garbage[w]) << "a word outside every slice was written";
+}
+
 }  // namespace
 }  // namespace pride::bits::test

@@ -51,11 +51,12 @@ def _same_bits(a, b):
                        b.view(torch.int16 if b.element_size() == 2 else torch.int32))
 
 
-def _sign_sweep(rank, world_size, store_path, algorithm):
+def _sign_sweep(rank, world_size, store_path, algorithm, path=None):
     import pride
 
     init_group(rank, world_size, store_path)
     torch.cuda.set_device(0)
+    pride.reset_stats()
     for numel in (1, 1000, 65 * 64 + 3, 300_001):
         for dtype in DTYPES:
             for mode in ("vote", "mean"):
@@ -67,13 +68,38 @@ def _sign_sweep(rank, world_size, store_path, algorithm):
                     want = _oracle(xs, mode, votes, dtype)
                     got = x.cpu()
                     assert _same_bits(got, want), (
-                        f"rank {rank} {algorithm} {mode} {votes} {dtype} numel {numel}: "
+                        f"rank {rank} {algorithm} {path} {mode} {votes} {dtype} numel {numel}: "
                         f"{(got.float() != want.float()).sum().item()} elements differ from the oracle")
+    if path is not None and world_size > 1:
+        # The data path taken is the one asked for: every byte of the direct algorithm left from GPU
+        # memory (device), or none did (host staging).
+        direct = pride.stats()["per_algorithm"]["direct"]
+        want_device = direct["bytes_sent"] if path == "device" else 0
+        assert direct["bytes_sent"] > 0 and direct["device_bytes_sent"] == want_device, (rank, path, direct)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "direct", "allgather"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather"])
 def test_sign_allreduce_on_cuda_matches_the_oracle_4ranks(algorithm):
     run(_sign_sweep, 4, algorithm, env={"PRIDE_ALGO": algorithm}, deadline_s=300)
+
+
+@pytest.mark.parametrize("path", ["device", "host"])
+def test_sign_allreduce_on_cuda_direct_both_data_paths_4ranks(path):
+    """The direct algorithm with the planes moved GPU to GPU by UCX and counted on the GPU (device), and
+    staged through pinned host memory (host): the same bits as the oracle either way (PRIDE_CUDA_PATH)."""
+    run(_sign_sweep, 4, "direct", path, env={"PRIDE_ALGO": "direct", "PRIDE_CUDA_PATH": path}, deadline_s=300)
+
+
+def _mixed_paths(rank, world_size, store_path):
+    import os
+
+    # Ranks on different data paths send the same messages: half the group stages through the host.
+    os.environ["PRIDE_CUDA_PATH"] = "device" if rank % 2 == 0 else "host"
+    _sign_sweep(rank, world_size, store_path, "direct", os.environ["PRIDE_CUDA_PATH"])
+
+
+def test_sign_allreduce_on_cuda_ranks_on_different_data_paths_4ranks():
+    run(_mixed_paths, 4, env={"PRIDE_ALGO": "direct"}, deadline_s=300)
 
 
 def test_sign_allreduce_on_cuda_one_rank():
@@ -184,8 +210,10 @@ def test_standard_collectives_on_cuda_tensors_3ranks():
     run(_standard_collectives, 3, deadline_s=240)
 
 
-def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=False):
+def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=False, path=None):
     import torch.distributed as dist
+
+    import pride
 
     from pride.optim import DistributedLion
 
@@ -226,6 +254,9 @@ def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=
         dist.all_gather(gathered, flat)
         for r, other in enumerate(gathered):
             assert torch.equal(other.view(torch.int32), flat.view(torch.int32)), f"replica {r} differs from rank {rank}"
+        if path is not None:
+            device_bytes = pride.stats()["device_bytes_sent"]
+            assert (device_bytes > 0) == (path == "device"), (rank, path, pride.stats())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -235,15 +266,19 @@ def test_distributed_lion_cuda_equals_the_cpu_step_one_process(dtype, mode, vote
     _lion_cpu_vs_cuda(0, 1, None, dtype, mode, votes)
 
 
+@pytest.mark.parametrize("path", ["device", "host"])
 @pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("mean", "ternary"), ("vote", "exact")])
-def test_distributed_lion_cuda_equals_the_cpu_step_4ranks(mode, votes):
-    run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, deadline_s=300)
-    run(_lion_cpu_vs_cuda, 4, torch.bfloat16, mode, votes, deadline_s=300)
+def test_distributed_lion_cuda_equals_the_cpu_step_4ranks(mode, votes, path):
+    env = {"PRIDE_ALGO": "direct", "PRIDE_CUDA_PATH": path}
+    run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, False, path, env=env, deadline_s=300)
+    run(_lion_cpu_vs_cuda, 4, torch.bfloat16, mode, votes, False, path, env=env, deadline_s=300)
 
 
+@pytest.mark.parametrize("path", ["device", "host"])
 @pytest.mark.parametrize("mode,votes", [("vote", "exact"), ("mean", "binary")])
-def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_4ranks(mode, votes):
-    run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, True, deadline_s=300)
+def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_4ranks(mode, votes, path):
+    env = {"PRIDE_ALGO": "direct", "PRIDE_CUDA_PATH": path}
+    run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, True, path, env=env, deadline_s=300)
 
 
 def _global_mode(rank, world_size, store_path):

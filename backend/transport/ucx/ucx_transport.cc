@@ -156,6 +156,9 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
   ucs_status_t st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   PRIDE_UCX_CHECK(st, "rank {}", rank);
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) == UCS_OK) memory_types_ = attr.memory_types;
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -288,8 +291,30 @@ std::string UcxTransport::route(int peer) const {
   return joined;
 }
 
-RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes) {
+namespace {
+
+ucs_memory_type_t ucs_memory_type(MemoryType memory) {
+  return memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
+
+// UCX guesses the memory type of an untagged pointer, and guesses host for device memory unless its
+// memory-type cache knows better: device buffers are always tagged.
+void tag_memory(ucp_request_param_t& param, MemoryType memory) {
+  if (memory == MemoryType::kHost) return;
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memory_type = ucs_memory_type(memory);
+}
+
+}  // namespace
+
+bool UcxTransport::carries(MemoryType memory) const {
+  return (memory_types_ & UCS_BIT(ucs_memory_type(memory))) != 0;
+}
+
+RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes, MemoryType memory) {
   PRIDE_ENFORCE(peer >= 0 && peer < size_, "rank {}: send to invalid peer {}", rank_, peer);
+  PRIDE_ENFORCE(carries(memory), "rank {}: this UCX cannot send from {} memory (to peer {})", rank_,
+                memory == MemoryType::kCuda ? "CUDA" : "host", peer);
   auto req = std::make_unique<UcxRequest>(worker_, &orphaned_ops_, peer, true, bytes);
   if (!peers_[size_t(peer)]->failure.empty()) {
     req->start(UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET));
@@ -300,13 +325,16 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes)
   param.cb.send = &on_send_done;
   param.user_data = req->op();
   param.datatype = ucp_dt_make_contig(1);
+  tag_memory(param, memory);
   req->start(ucp_tag_send_nbx(peers_[size_t(peer)]->ep, buf, bytes, wire_tag(tag, rank_), &param));
   return req;
 }
 
-RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes) {
+RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes, MemoryType memory) {
   PRIDE_ENFORCE(peer == kAnyPeer || (peer >= 0 && peer < size_), "rank {}: receive from invalid peer {}",
                 rank_, peer);
+  PRIDE_ENFORCE(carries(memory), "rank {}: this UCX cannot receive into {} memory (from peer {})", rank_,
+                memory == MemoryType::kCuda ? "CUDA" : "host", peer);
   auto req = std::make_unique<UcxRequest>(worker_, &orphaned_ops_, peer, false, bytes);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -314,6 +342,7 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes) {
   param.cb.recv = &on_recv_done;
   param.user_data = req->op();
   param.datatype = ucp_dt_make_contig(1);
+  tag_memory(param, memory);
   ucp_tag_t mask = peer == kAnyPeer ? ~kRankMask : ~ucp_tag_t(0);
   req->start(ucp_tag_recv_nbx(worker_, buf, bytes, wire_tag(tag, peer == kAnyPeer ? 0 : peer), mask, &param));
   return req;

@@ -31,8 +31,13 @@ class UcxTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "ucx"; }
-  RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes) override;
-  RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes) override;
+  using Transport::irecv;
+  using Transport::isend;
+  RequestPtr isend(int peer, Tag tag, const void* buf, size_t bytes, MemoryType memory) override;
+  RequestPtr irecv(int peer, Tag tag, void* buf, size_t bytes, MemoryType memory) override;
+  // CUDA memory when this UCX was built with its CUDA transports (cuda_copy, cuda_ipc) and they found
+  // a GPU: ucp_context_query's memory types.
+  bool carries(MemoryType memory) const override;
   bool progress() override;
   void wait_for_activity(std::chrono::microseconds max_wait) override;
   void wake() override;
@@ -64,6 +69,7 @@ class UcxTransport final : public Transport {
   int size_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  uint64_t memory_types_ = UCS_BIT(UCS_MEMORY_TYPE_HOST);  // ucp_context_query's, a bit per ucs_memory_type
   int event_fd_ = -1;  // the worker's wakeup fd (UCP_FEATURE_WAKEUP); -1 when UCX has none
   std::vector<std::unique_ptr<Peer>> peers_;
   bool closing_ = false;

@@ -66,12 +66,14 @@ def sign_allreduce_packed(bits, numel, mode="vote", group=None, async_op=False):
 
 def stats(group=None):
     """Traffic counters of the group's pride backend: collectives issued, bytes sent and received,
-    and the same per algorithm ("direct", "ring", "allreduce_ring", ...)."""
+    and the same per algorithm ("direct", "ring", "allreduce_ring", ...). device_bytes_sent is the part
+    of bytes_sent that went straight from GPU memory (the CUDA device-memory path, PRIDE_CUDA_PATH)."""
     per_algorithm = _C.traffic(_pride_backend(group, "stats"))
     return {
         "collectives": sum(v["calls"] for k, v in per_algorithm.items() if k != "p2p"),
         "bytes_sent": sum(v["bytes_sent"] for v in per_algorithm.values()),
         "bytes_received": sum(v["bytes_received"] for v in per_algorithm.values()),
+        "device_bytes_sent": sum(v["device_bytes_sent"] for v in per_algorithm.values()),
         "per_algorithm": per_algorithm,
     }
 

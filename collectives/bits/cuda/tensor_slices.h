@@ -36,4 +36,13 @@ cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType d
                               int planes, size_t plane_words, int scale, int64_t offset, int64_t nranks, double lr,
                               double wd, cudaStream_t stream);
 
+// Sets *flag (a device int the caller zeroed) to 1 when some element of the slices has neither its +1
+// (pos) nor its −1 (neg) bit set: an element that must abstain.
+cudaError_t find_abstentions_slices(const TensorSlice* slices, size_t nslices, const uint64_t* pos,
+                                    const uint64_t* neg, int* flag, cudaStream_t stream);
+// Binary votes (pos; a 0 bit votes −1) rewritten as ternary planes inside the slices' elements:
+// neg = ~pos there. Words outside every slice are left alone (the caller zeroed both planes there).
+cudaError_t binary_as_ternary_slices(const TensorSlice* slices, size_t nslices, uint64_t* pos, uint64_t* neg,
+                                     cudaStream_t stream);
+
 }  // namespace pride::bits::cuda

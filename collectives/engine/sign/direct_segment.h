@@ -1,6 +1,7 @@
 // The direct (scatter–vote–gather) algorithm split into its three stages, so a driver can run
 // several segments as a software pipeline: while one segment's shards or results are on the wire,
-// the thread packs the next segment or unpacks the previous one.
+// the thread packs the next segment or unpacks the previous one. The planes may live in device memory
+// (plane_ops.h); stage 3's writes are then complete only after the PlaneOps settles.
 #pragma once
 
 #include <vector>
@@ -9,10 +10,12 @@
 
 namespace pride {
 
+class PlaneOps;
+
 class DirectSegment {
  public:
   // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.
-  DirectSegment(Collective& c, const SignPlan& plan, const SignSegment& seg, uint32_t instance);
+  DirectSegment(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg, uint32_t instance);
   // Stage 1: every owner's shard of this rank's votes goes out; the shards of this rank's chunk are
   // posted to arrive. Returns at once.
   void post_shards();
@@ -24,10 +27,11 @@ class DirectSegment {
 
  private:
   Collective& c_;
+  PlaneOps& ops_;
   const SignPlan& plan_;
   SignSegment seg_;
   uint32_t instance_;
-  uint64_t* shards_ = nullptr;   // this rank's votes, chunk-major (chunk j: `counters` planes)
+  const uint64_t* shards_ = nullptr;  // this rank's votes, chunk-major (chunk j: `counters` planes)
   uint64_t* inbox_ = nullptr;    // peers' votes on my chunk
   uint64_t* results_ = nullptr;  // result chunks, chunk-major
   std::vector<RequestPtr> requests_;

@@ -32,6 +32,10 @@ void sign_tree(Collective& c, const SignPlan& plan, const SignSegment& seg);
 // Direct (scatter–vote–gather): 1-bit shards to their owners, the owner counts N planes with a
 // positional popcount, then every owner sends its result to everyone. Bandwidth-optimal, 2 steps.
 void sign_direct(Collective& c, const SignPlan& plan, const SignSegment& seg);
+// The same over planes that `ops` keeps (plane_ops.h), e.g. in GPU memory; the segment's pointers are in
+// that memory, and the result is complete when this returns.
+class PlaneOps;
+void sign_direct(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg);
 // Baseline of the paper's code and signSGD-MV: every rank's votes to every rank, counted locally.
 void sign_allgather(Collective& c, const SignPlan& plan, const SignSegment& seg);
 

@@ -9,6 +9,7 @@
 #include "backend/common/settings.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/sign/direct_segment.h"
+#include "collectives/engine/sign/plane_ops.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_algorithms.h"
 #include "collectives/engine/sign/sign_scratch.h"
@@ -51,14 +52,17 @@ uint64_t* result_planes(SignResult& r) {
   return r.borrowed_planes != nullptr ? const_cast<uint64_t*>(r.borrowed_planes) : r.planes.data();
 }
 
-// Runs the segments in order: pack, communicate, unpack.
-void run_in_sequence(Collective& c, SignResult& result, const uint64_t* votes, const std::vector<SegmentRange>& segs,
-                     const SegmentHooks& hooks) {
+// Runs the segments in order: pack, communicate, unpack. Only the direct algorithm runs on planes
+// outside host memory (`ops`); the others are given host planes.
+void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uint64_t* votes,
+                     const std::vector<SegmentRange>& segs, const SegmentHooks& hooks) {
   AlgorithmFn run = algorithm_fn(result.algorithm);
   for (const SegmentRange& s : segs) {
     if (hooks.pack) hooks.pack(s.first_word, s.nwords);
-    run(c, result.plan, {votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
-                         s.nwords, s.slot_base});
+    const SignSegment seg{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
+                          s.nwords, s.slot_base};
+    if (result.algorithm == SignAlgorithm::kDirect) sign_direct(c, ops, result.plan, seg);
+    else run(c, result.plan, seg);
     if (hooks.unpack) hooks.unpack(result, s.first_word, s.nwords);
   }
 }
@@ -66,12 +70,12 @@ void run_in_sequence(Collective& c, SignResult& result, const uint64_t* votes, c
 // The direct algorithm as a three-stage software pipeline: while segment s's shards are on the wire
 // the thread packs segment s+1, and while s's results are on the wire it unpacks segment s−1 and
 // posts s+1's shards. Packing, sending and counting overlap; the result is the same bits.
-void run_direct_pipelined(Collective& c, SignResult& result, const uint64_t* votes,
+void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, const uint64_t* votes,
                           const std::vector<SegmentRange>& segs, const SegmentHooks& hooks) {
   auto segment = [&](size_t i) {
     const SegmentRange& s = segs[i];
     return std::make_unique<DirectSegment>(
-        c, result.plan,
+        c, ops, result.plan,
         SignSegment{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
                     s.nwords, s.slot_base},
         uint32_t(i % 2));
@@ -97,20 +101,26 @@ void run_direct_pipelined(Collective& c, SignResult& result, const uint64_t* vot
     current->finish();
     current = std::move(next);
   }
+  ops.settle();
   unpack(segs.size() - 1);
 }
 
 // `planes_out`: where the result planes go (plan.result_planes × words_for(numel) words); null: into
-// the returned SignResult's own vector.
+// the returned SignResult's own vector. `ops`: where the votes and result planes live (null: host
+// memory, the communicator's workspace); other memories take the direct algorithm only.
 SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
-                              uint32_t dtype_code, const SegmentHooks& hooks, uint64_t* planes_out) {
+                              uint32_t dtype_code, const SegmentHooks& hooks, uint64_t* planes_out,
+                              PlaneOps* ops = nullptr) {
   SignResult result;
   result.plan = SignPlan::make(comm.size(), options.mode, options.votes);
   result.numel = numel;
   result.nwords = bits::words_for(numel);
-  result.algorithm = options.algorithm != SignAlgorithm::kAuto
-                         ? options.algorithm
-                         : select_sign_algorithm(result.plan, numel, comm.num_nodes(), comm.ranks_per_core());
+  result.algorithm = choose_sign_algorithm(comm, result.plan, numel, options);
+  PRIDE_CHECK_ARG(ops == nullptr || result.algorithm == SignAlgorithm::kDirect,
+                  "rank {}: sign_allreduce over a PlaneOps (device memory) runs the direct algorithm only, not {}",
+                  comm.rank(), name(result.algorithm));
+  HostPlaneOps host(comm.workspace());
+  if (ops == nullptr) ops = &host;
   if (planes_out != nullptr) {
     result.borrowed_planes = planes_out;
   } else {
@@ -139,9 +149,9 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   }
   if (segs.empty()) return result;
   if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
-    run_direct_pipelined(c, result, votes, segs, hooks);
+    run_direct_pipelined(c, *ops, result, votes, segs, hooks);
   } else {
-    run_in_sequence(c, result, votes, segs, hooks);
+    run_in_sequence(c, *ops, result, votes, segs, hooks);
   }
   return result;
 }
@@ -168,6 +178,18 @@ void write_words(const SignResult& r, size_t first_word, size_t nwords, void* y,
 }  // namespace
 
 void SignResult::write(void* y, bits::DType dtype) const { write_words(*this, 0, nwords, y, dtype); }
+
+SignAlgorithm choose_sign_algorithm(const Communicator& comm, const SignPlan& plan, size_t numel,
+                                    const SignOptions& options) {
+  if (options.algorithm != SignAlgorithm::kAuto) return options.algorithm;
+  return select_sign_algorithm(plan, numel, comm.num_nodes(), comm.ranks_per_core());
+}
+
+SignResult sign_allreduce_planes(Communicator& comm, PlaneOps& ops, const uint64_t* votes, size_t numel,
+                                 const SignOptions& options, uint32_t dtype_code, uint64_t* planes_out) {
+  PRIDE_CHECK_ARG(planes_out != nullptr || numel == 0, "sign_allreduce_planes: null result buffer");
+  return run_sign_allreduce(comm, votes, numel, options, dtype_code, {}, planes_out, &ops);
+}
 
 SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
                                  uint32_t dtype_code) {

@@ -47,6 +47,19 @@ SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size
 SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
                                  uint32_t dtype_code, uint64_t* planes_out);
 
+// The algorithm a call with these options runs: options.algorithm, else PRIDE_ALGO, else the cost
+// model (selector.h). The same on every rank of a group.
+SignAlgorithm choose_sign_algorithm(const Communicator& comm, const SignPlan& plan, size_t numel,
+                                    const SignOptions& options);
+
+// The same with the votes and the result planes in another memory (a GPU's), which `ops` keeps and
+// works on (plane_ops.h). Runs the direct algorithm only (choose_sign_algorithm must pick it), with
+// the same messages as the host call, so ranks whose planes live in different memories work together.
+// The result is complete when it returns.
+class PlaneOps;
+SignResult sign_allreduce_planes(Communicator& comm, PlaneOps& ops, const uint64_t* votes, size_t numel,
+                                 const SignOptions& options, uint32_t dtype_code, uint64_t* planes_out);
+
 // In place on float32 / bf16 / fp16 values.
 void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel, const SignOptions& options);
 

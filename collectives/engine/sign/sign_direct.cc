@@ -3,41 +3,49 @@
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/patterns/chunks.h"
 #include "collectives/engine/sign/direct_segment.h"
-#include "collectives/engine/sign/plane_copy.h"
-#include "collectives/engine/sign/sign_scratch.h"
+#include "collectives/engine/sign/plane_ops.h"
 
 namespace pride {
 
 using patterns::chunk;
 using patterns::Range;
 
-DirectSegment::DirectSegment(Collective& c, const SignPlan& plan, const SignSegment& seg, uint32_t instance)
-    : c_(c), plan_(plan), seg_(seg), instance_(instance) {}
+DirectSegment::DirectSegment(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg,
+                             uint32_t instance)
+    : c_(c), ops_(ops), plan_(plan), seg_(seg), instance_(instance) {}
 
 void DirectSegment::post_shards() {
   const int n = c_.size(), r = c_.rank(), counters = plan_.counters;
   const size_t W = seg_.nwords;
   const Range mine = chunk(W, n, r);
-  // Rank j owns chunk j; everyone sends it their votes on that chunk. Votes are staged chunk-major
-  // (chunk j: `counters` planes at word counters * begin_j) so each shard is one contiguous message
-  // even for ternary votes.
-  shards_ = sign_scratch(c_.workspace(), SignScratch::kDirectShards, size_t(counters) * W, instance_);
-  for (int j = 0; j < n; ++j) {
-    const Range ch = chunk(W, n, j);
-    gather_planes(seg_.votes, seg_.vote_stride, counters, ch, shards_ + size_t(counters) * ch.begin);
+  const MemoryType memory = ops_.memory();
+  // Rank j owns chunk j; everyone sends it their votes on that chunk. Ternary votes are staged
+  // chunk-major (chunk j: `counters` planes at word counters * begin_j) so each shard is one
+  // contiguous message; a single binary plane already is.
+  if (counters == 1) {
+    shards_ = seg_.votes;
+  } else {
+    uint64_t* staged = ops_.scratch(SignScratch::kDirectShards, size_t(counters) * W, instance_);
+    for (int j = 0; j < n; ++j) {
+      const Range ch = chunk(W, n, j);
+      ops_.gather(seg_.votes, seg_.vote_stride, counters, ch, staged + size_t(counters) * ch.begin);
+    }
+    shards_ = staged;
   }
   const size_t shard_words = size_t(counters) * mine.size;
-  inbox_ = sign_scratch(c_.workspace(), SignScratch::kDirectInbox, size_t(n) * shard_words, instance_);
+  inbox_ = ops_.scratch(SignScratch::kDirectInbox, size_t(n) * shard_words, instance_);
+  ops_.settle();  // the shards are written, and the last reader of this instance's inbox is done
   requests_.clear();
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;
-    requests_.push_back(c_.recv(from, seg_.slot_base, inbox_ + size_t(from) * shard_words, shard_words * 8));
+    requests_.push_back(
+        c_.recv(from, seg_.slot_base, inbox_ + size_t(from) * shard_words, shard_words * 8, memory));
   }
   for (int d = 1; d < n; ++d) {  // start with the right neighbour so no owner is hit by all at once
     const int to = (r + d) % n;
     const Range ch = chunk(W, n, to);
     requests_.push_back(c_.send(to, seg_.slot_base, shards_ + size_t(counters) * ch.begin,
-                                size_t(counters) * ch.size * 8));
+                                size_t(counters) * ch.size * 8, memory));
   }
 }
 
@@ -51,29 +59,30 @@ void DirectSegment::vote_and_post_results() {
 
   // Count the N planes of my chunk at once (positional popcount), per counter.
   const int planes = bits::planes_for(n);
-  uint64_t* counts =
-      sign_scratch(c_.workspace(), SignScratch::kDirectCounts, size_t(counters * planes) * mine.size, instance_);
+  uint64_t* counts = ops_.scratch(SignScratch::kDirectCounts, size_t(counters * planes) * mine.size, instance_);
   std::vector<const uint64_t*> ballots(static_cast<size_t>(n));
   for (int k = 0; k < counters; ++k) {
     for (int j = 0; j < n; ++j) {
       ballots[size_t(j)] = j == r ? shards_ + size_t(counters) * mine.begin + size_t(k) * mine.size
                                   : inbox_ + size_t(j) * shard_words + size_t(k) * mine.size;
     }
-    bits::count_planes(ballots.data(), n, mine.size, counts + size_t(k * planes) * mine.size, planes);
+    ops_.count(ballots.data(), n, mine.size, counts + size_t(k * planes) * mine.size, planes);
   }
 
   // Every owner sends its result chunk to everyone (chunk-major again).
-  results_ = sign_scratch(c_.workspace(), SignScratch::kDirectResults, size_t(R) * W, instance_);
-  plan_.finalize(counts, planes, mine.size, results_ + size_t(R) * mine.begin, mine.size);
+  results_ = ops_.scratch(SignScratch::kDirectResults, size_t(R) * W, instance_);
+  ops_.finalize(plan_, counts, planes, mine.size, results_ + size_t(R) * mine.begin, mine.size);
+  ops_.settle();  // my result chunk is decided, and the last reader of this instance's results is done
+  const MemoryType memory = ops_.memory();
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;
     const Range ch = chunk(W, n, from);
     requests_.push_back(
-        c_.recv(from, seg_.slot_base + 1, results_ + size_t(R) * ch.begin, size_t(R) * ch.size * 8));
+        c_.recv(from, seg_.slot_base + 1, results_ + size_t(R) * ch.begin, size_t(R) * ch.size * 8, memory));
   }
   for (int d = 1; d < n; ++d) {
     requests_.push_back(c_.send((r + d) % n, seg_.slot_base + 1, results_ + size_t(R) * mine.begin,
-                                size_t(R) * mine.size * 8));
+                                size_t(R) * mine.size * 8, memory));
   }
 }
 
@@ -83,15 +92,21 @@ void DirectSegment::finish() {
   requests_.clear();
   for (int j = 0; j < n; ++j) {
     const Range ch = chunk(seg_.nwords, n, j);
-    scatter_planes(results_ + size_t(R) * ch.begin, R, ch, seg_.result, seg_.result_stride);
+    ops_.scatter(results_ + size_t(R) * ch.begin, R, ch, seg_.result, seg_.result_stride);
   }
 }
 
 void sign_direct(Collective& c, const SignPlan& plan, const SignSegment& seg) {
-  DirectSegment d(c, plan, seg, 0);
+  HostPlaneOps host(c.workspace());
+  sign_direct(c, host, plan, seg);
+}
+
+void sign_direct(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg) {
+  DirectSegment d(c, ops, plan, seg, 0);
   d.post_shards();
   d.vote_and_post_results();
   d.finish();
+  ops.settle();
 }
 
 }  // namespace pride

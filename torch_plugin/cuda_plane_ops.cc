@@ -1,0 +1,104 @@
+#include "torch_plugin/cuda_plane_ops.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <algorithm>
+
+#include "collectives/bits/cuda/kernels.h"
+
+namespace pride::torch_plugin {
+namespace {
+
+void check_launch(cudaError_t status, const char* what) {
+  TORCH_CHECK(status == cudaSuccess, "pride sign_allreduce on device memory: ", what, " failed: ",
+              cudaGetErrorString(status));
+}
+
+// Plane p of `planes` planes, `width` words each, from src (pitch src_stride words) to dst (pitch
+// dst_stride words): one 2D copy.
+void copy_planes(uint64_t* dst, size_t dst_stride, const uint64_t* src, size_t src_stride, int planes, size_t width,
+                 cudaStream_t stream) {
+  if (planes <= 0 || width == 0) return;
+  C10_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride * 8, src, src_stride * 8, width * 8, size_t(planes),
+                                   cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace
+
+uint64_t* CudaPlaneOps::scratch(SignScratch what, size_t words, uint32_t instance) {
+  at::Tensor& t = buffers_[{uint32_t(what), instance}];
+  if (!t.defined() || size_t(t.numel()) < words) {
+    t = at::empty({int64_t(std::max<size_t>(words, 1))}, at::TensorOptions().dtype(at::kLong).device(device_));
+  }
+  return reinterpret_cast<uint64_t*>(t.data_ptr<int64_t>());
+}
+
+void CudaPlaneOps::gather(const uint64_t* base, size_t stride, int planes, patterns::Range words, uint64_t* out) {
+  copy_planes(out, words.size, base + words.begin, stride, planes, words.size, stream_);
+}
+
+void CudaPlaneOps::scatter(const uint64_t* in, int planes, patterns::Range words, uint64_t* base, size_t stride) {
+  copy_planes(base + words.begin, stride, in, words.size, planes, words.size, stream_);
+}
+
+void CudaPlaneOps::count(const uint64_t* const* ballots, int nballots, size_t nwords, uint64_t* counter,
+                         int counter_planes) {
+  TORCH_CHECK_VALUE(nballots <= bits::cuda::kMaxCountPlanes, "pride sign_allreduce (rank ", rank_,
+                    "): the device-memory path counts at most ", bits::cuda::kMaxCountPlanes, " ranks, this group has ",
+                    nballots, "; set PRIDE_CUDA_PATH=host");
+  check_launch(bits::cuda::count_planes(ballots, nballots, nwords, counter, counter_planes, stream_), "count_planes");
+}
+
+void CudaPlaneOps::finalize(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
+                            size_t result_stride) {
+  finalize_on_device(plan, counts, planes, nwords, result, result_stride, stream_);
+}
+
+void CudaPlaneOps::settle() { C10_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+int64_t CudaPlaneOps::device_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, t] : buffers_) bytes += t.numel() * t.element_size();
+  return bytes;
+}
+
+void finalize_on_device(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
+                        size_t result_stride, cudaStream_t stream) {
+  if (nwords == 0) return;
+  const uint64_t* pos = counts;
+  const uint64_t* neg = counts + size_t(planes) * nwords;
+  if (plan.mode == SignMode::kVote) {
+    uint64_t* tie = plan.result_planes == 2 ? result + result_stride : nullptr;
+    check_launch(plan.kind == VoteKind::kBinary
+                     ? bits::cuda::vote_from_count(pos, planes, nwords, plan.nranks, result, tie, stream)
+                     : bits::cuda::vote_from_counts(pos, neg, planes, nwords, result, tie, stream),
+                 "vote threshold");
+    return;
+  }
+  if (plan.kind == VoteKind::kBinary) {  // the count itself is the result, widened to result_planes
+    const int copied = std::min(planes, plan.result_planes);
+    copy_planes(result, result_stride, pos, nwords, copied, nwords, stream);
+    if (plan.result_planes > copied) {
+      C10_CUDA_CHECK(cudaMemset2DAsync(result + size_t(copied) * result_stride, result_stride * 8, 0, nwords * 8,
+                                       size_t(plan.result_planes - copied), stream));
+    }
+    return;
+  }
+  // The signed offset writes planes nwords apart: straight into the result when it is laid out so.
+  if (result_stride == nwords) {
+    check_launch(bits::cuda::counter_signed_offset(pos, neg, planes, nwords, plan.nranks, result, plan.result_planes,
+                                                   stream),
+                 "mean offset");
+    return;
+  }
+  at::Tensor tmp = at::empty({int64_t(size_t(plan.result_planes) * nwords)},
+                             at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
+  auto* staged = reinterpret_cast<uint64_t*>(tmp.data_ptr<int64_t>());
+  check_launch(bits::cuda::counter_signed_offset(pos, neg, planes, nwords, plan.nranks, staged, plan.result_planes,
+                                                 stream),
+               "mean offset");
+  copy_planes(result, result_stride, staged, nwords, plan.result_planes, nwords, stream);
+}
+
+}  // namespace pride::torch_plugin
