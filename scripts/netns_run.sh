@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# Simulated multi-node: runs one rank of a job per Linux network namespace ("host"), the namespaces
-# joined by a bridge, each host's link optionally rate-limited with tc (tbf). Every rank gets
-# RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (rank 0's address), PRIDE_HOSTNAME=host<i> and the
-# interface for Gloo and UCX. Needs root and iproute2; exits 77 (skip) where namespaces cannot be made.
-# Cleans up everything it creates, also on failure.
+# Simulated multi-node: runs the ranks of a job in Linux network namespaces, one namespace per
+# "host", the namespaces joined by a bridge, each host's link optionally rate-limited with tc (tbf).
+# With -p, several ranks share a host (and its link): rank = host * P + local rank. Every rank gets
+# RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (host 0's address),
+# PRIDE_HOSTNAME=host<i> and the interface for Gloo and UCX. UCX may use shared memory between the
+# ranks of one host (pride gives only those peers endpoints without UCX's error handling, which is
+# what lets UCX pick shared memory), and TCP over the host's link to every other host.
+# Needs root and iproute2; exits 77 (skip) where namespaces cannot be made. Cleans up everything it
+# creates, also on failure.
 #
-#   bash scripts/netns_run.sh [-n ranks] [-r rate] -- command [args...]
+#   bash scripts/netns_run.sh [-n hosts] [-p ranks per host] [-r rate] -- command [args...]
 #   bash scripts/netns_run.sh -n 4 -r 1gbit -- .venv/bin/python perf/bench_vs_gloo.py --env
+#   bash scripts/netns_run.sh -n 2 -p 2 -- build/py/perf/collectives/sign_allreduce_perf -c 1 -a all
 set -euo pipefail
-N=4; RATE=""
+N=4; P=1; RATE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) N="$2"; shift 2 ;;
+    -p) P="$2"; shift 2 ;;
     -r) RATE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     --) shift; break ;;
     *) echo "netns_run: unknown option $1 (see --help)"; exit 2 ;;
   esac
 done
 [ $# -gt 0 ] || { echo "netns_run: no command given (see --help)"; exit 2; }
+[[ "$N" =~ ^[1-9][0-9]*$ && "$P" =~ ^[1-9][0-9]*$ ]] || { echo "netns_run: -n and -p take positive integers"; exit 2; }
+[ "$N" -le 200 ] || { echo "netns_run: at most 200 hosts (one /24 subnet)"; exit 2; }
 PREFIX="pride$$x"; BR="${PREFIX}br"; SUBNET="10.213.$(( $$ % 200 + 20 ))"; PORT=$(( 20000 + $$ % 20000 ))
 
 cleanup() {
@@ -45,13 +53,17 @@ for i in $(seq 0 $((N - 1))); do
     tc qdisc add dev "${PREFIX}p$i" root tbf rate "$RATE" burst 512kb latency 100ms
   fi
 done
-echo "netns_run: $N hosts${RATE:+ at $RATE each}: $*"
+echo "netns_run: $N hosts x $P ranks${RATE:+, each host link at $RATE}: $*"
+# Shared memory only where a host has several ranks; with one rank per host UCX sees TCP alone.
+TLS=tcp,self; [ "$P" -gt 1 ] && TLS=tcp,self,sm
 pids=()
 for i in $(seq 0 $((N - 1))); do
-  ip netns exec "${PREFIX}$i" env RANK="$i" LOCAL_RANK=0 WORLD_SIZE="$N" LOCAL_WORLD_SIZE=1 \
-    MASTER_ADDR="$SUBNET.1" MASTER_PORT="$PORT" PRIDE_HOSTNAME="host$i" GLOO_SOCKET_IFNAME="${PREFIX}v$i" \
-    UCX_NET_DEVICES="${PREFIX}v$i" UCX_TLS=tcp,self "$@" &
-  pids+=($!)
+  for j in $(seq 0 $((P - 1))); do
+    ip netns exec "${PREFIX}$i" env RANK="$((i * P + j))" LOCAL_RANK="$j" WORLD_SIZE="$((N * P))" \
+      LOCAL_WORLD_SIZE="$P" MASTER_ADDR="$SUBNET.1" MASTER_PORT="$PORT" PRIDE_HOSTNAME="host$i" \
+      GLOO_SOCKET_IFNAME="${PREFIX}v$i" UCX_NET_DEVICES="${PREFIX}v$i" UCX_TLS="$TLS" "$@" &
+    pids+=($!)
+  done
 done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done

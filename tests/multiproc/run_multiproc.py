@@ -6,6 +6,12 @@
       rank 0 reports "# Out of bounds values : 0 OK". With --expect-route REGEX, every route the
       ranks print ("#  Rank r ... via p:ROUTE ...") must also match REGEX (e.g. shared memory).
 
+  run_multiproc.py netns --netns-run S --hosts H --per-host P -- BINARY ARGS...
+      scripts/netns_run.sh -n H -p P: H simulated hosts (network namespaces) of P ranks each. Passes when
+      every rank exits 0 and rank 0 reports "# Out of bounds values : 0 OK", and every route matches
+      where its peer is: shared memory (posix/sysv) to a rank of the same host, TCP to another host.
+      Exit 77 (skip) when namespaces cannot be created.
+
   run_multiproc.py fault --probe P --nproc N --scenario S [--victim V] [--timeout SECONDS]
       starts N fault_probe ranks itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, PRIDE_TIMEOUT)
       rather than through torchrun, because torchrun kills the survivors as soon as one rank dies,
@@ -60,6 +66,52 @@ def run_perf(args):
         fail("rank 0 did not report '# Out of bounds values : 0 OK'")
     if args.expect_route:
         check_routes(out, args.expect_route, args.nproc)
+    print("PASS")
+
+
+SHARED_MEMORY_ROUTE = r"(posix|sysv)(\+[a-z0-9_]+)*"
+TCP_ROUTE = r"tcp(\+[a-z0-9_]+)*"
+
+
+def run_netns(args):
+    cmd = ["bash", args.netns_run, "-n", str(args.hosts), "-p", str(args.per_host), "--"] + args.command
+    print("+", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=args.deadline)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, _ = proc.communicate()
+        print(out)
+        fail(f"still running after {args.deadline} s (hang?); killed")
+    print(out, flush=True)
+    if proc.returncode == 77:
+        sys.exit(77)
+    if proc.returncode != 0:
+        fail(f"netns_run exited with {proc.returncode}")
+    if "# Out of bounds values : 0 OK" not in out:
+        fail("rank 0 did not report '# Out of bounds values : 0 OK'")
+    # "#  Rank r ... via p:ROUTE ...": host of rank r is r // per_host.
+    checked = 0
+    for line in out.splitlines():
+        m = re.match(r"#\s+Rank\s+(\d+) .* via (.*)$", line)
+        if not m:
+            continue
+        rank = int(m.group(1))
+        for entry in m.group(2).split():
+            if ":" not in entry:
+                continue
+            peer, route = entry.split(":", 1)
+            same_host = int(peer) // args.per_host == rank // args.per_host
+            want = SHARED_MEMORY_ROUTE if same_host else TCP_ROUTE
+            if not re.fullmatch(want, route):
+                fail(f"rank {rank} reaches rank {peer} ({'same' if same_host else 'another'} host) via {route}, "
+                     f"expected {want!r}")
+            checked += 1
+    nproc = args.hosts * args.per_host
+    if checked != nproc * min(nproc - 1, 8):
+        fail(f"expected {nproc * min(nproc - 1, 8)} peer routes in the ranks' header lines, found {checked}")
     print("PASS")
 
 
@@ -202,6 +254,12 @@ def main():
     perf.add_argument("--deadline", type=float, default=500)
     perf.add_argument("--expect-route", help="regex every printed peer route must match")
     perf.add_argument("command", nargs=argparse.REMAINDER)
+    netns = sub.add_parser("netns")
+    netns.add_argument("--netns-run", required=True, help="scripts/netns_run.sh")
+    netns.add_argument("--hosts", type=int, required=True)
+    netns.add_argument("--per-host", type=int, required=True)
+    netns.add_argument("--deadline", type=float, default=500)
+    netns.add_argument("command", nargs=argparse.REMAINDER)
     fault = sub.add_parser("fault")
     fault.add_argument("--probe", required=True)
     fault.add_argument("--nproc", type=int, required=True)
@@ -209,10 +267,12 @@ def main():
     fault.add_argument("--victim", type=int, default=1)
     fault.add_argument("--timeout", type=float, default=5, help="PRIDE_TIMEOUT in seconds")
     args = parser.parse_args()
+    if args.what in ("perf", "netns") and args.command and args.command[0] == "--":
+        args.command = args.command[1:]
     if args.what == "perf":
-        if args.command and args.command[0] == "--":
-            args.command = args.command[1:]
         run_perf(args)
+    elif args.what == "netns":
+        run_netns(args)
     else:
         run_fault(args)
 
