@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 
 #include <charconv>
 #include <cstdio>
@@ -48,8 +49,17 @@ struct HostEntry {
   int cores = 1;
   long pid = 0;
   std::string pid_ns;
+  std::string machine;  // the kernel's boot id: the same for every network namespace of one machine
   std::string host;
 };
+
+// The kernel's boot id ("unknown" where /proc does not have it).
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(in >> id) || id.empty()) return "unknown";
+  return id;
+}
 
 HostEntry parse_host_entry(std::string_view text) {
   HostEntry e;
@@ -66,6 +76,7 @@ HostEntry parse_host_entry(std::string_view text) {
   std::from_chars(cores.data(), cores.data() + cores.size(), e.cores);
   std::from_chars(pid.data(), pid.data() + pid.size(), e.pid);
   e.pid_ns = std::string(next_field());
+  e.machine = std::string(next_field());
   const size_t start = text.find_first_not_of(' ');
   e.host = start == std::string_view::npos ? std::string() : std::string(text.substr(start));
   return e;
@@ -245,12 +256,16 @@ void Communicator::learn_hosts() {
   gethostname(name, sizeof(name) - 1);
   std::string host(name);
   if (!Settings::get().hostname.empty()) host = Settings::get().hostname;
-  // "<cores> <pid> <pid namespace> <hostname>": the core count lets every rank compute the same
-  // ranks-per-core figure for the cost model; pid and namespace let same-host peers check liveness.
+  // "<cores> <pid> <pid namespace> <boot id> <hostname>": the core count lets every rank compute the
+  // same ranks-per-core figure for the cost model; pid and namespace let same-host peers check
+  // liveness; the boot id tells which ranks share a machine's cores even when they are simulated hosts
+  // (network namespaces, scripts/netns_run.sh) with hostnames of their own.
   std::error_code ec;
   std::string pid_ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
   if (ec || pid_ns.empty()) pid_ns = "unknown";
-  const std::string entry = fmt::format("{} {} {} {}", host_topology().cores, long(getpid()), pid_ns, host);
+  const std::string machine = boot_id();
+  const std::string entry =
+      fmt::format("{} {} {} {} {}", host_topology().cores, long(getpid()), pid_ns, machine, host);
   store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(entry.begin(), entry.end()));
   // One gather (a wait and a multi-get, a round trip each on torch's TCPStore), not one read per rank.
   std::vector<std::string> keys;
@@ -263,6 +278,7 @@ void Communicator::learn_hosts() {
   local_pid_of_rank_.assign(size_t(size_), 0);
   local_rank_ = 0;
   local_size_ = 0;
+  int ranks_on_machine = 0;
   for (int r = 0; r < size_; ++r) {
     const auto& v = entries[size_t(r)];
     const HostEntry entry_r = parse_host_entry(std::string_view(reinterpret_cast<const char*>(v.data()), v.size()));
@@ -270,6 +286,7 @@ void Communicator::learn_hosts() {
     const long pid = entry_r.pid;
     const std::string& their_ns = entry_r.pid_ns;
     const std::string& h = entry_r.host;
+    if (entry_r.machine == machine && machine != "unknown") ++ranks_on_machine;
     if (h == host && their_ns == pid_ns && pid_ns != "unknown" && r != rank_) local_pid_of_rank_[size_t(r)] = pid;
     auto it = node_ids.emplace(h, int(node_ids.size())).first;
     node_of_rank_[size_t(r)] = it->second;
@@ -289,6 +306,13 @@ void Communicator::learn_hosts() {
   for (const auto& [node, rc] : ranks_and_cores) {
     ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
   }
+  kernel_threads_ = choose_kernel_threads(Settings::get().threads, host_topology().cores,
+                                          std::max({1, ranks_on_machine, local_size_}));
+}
+
+int choose_kernel_threads(int setting, int cores, int ranks_on_machine) {
+  if (setting > 0) return setting;
+  return std::max(1, cores / std::max(1, ranks_on_machine));
 }
 
 std::string Communicator::peer_gone(int peer) const {

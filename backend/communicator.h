@@ -48,6 +48,11 @@ struct TrafficCounters {
 
 class Communicator;
 
+// `setting` (PRIDE_THREADS) when > 0; else the cores this process may use (hwloc, its CPU binding)
+// divided among the ranks of the group on this machine, at least 1: a rank whose host is
+// oversubscribed runs its kernels on its own thread.
+int choose_kernel_threads(int setting, int cores, int ranks_on_machine);
+
 // Data that travels inside the fingerprint check's messages and is reduced along with it (see
 // Communicator::begin): a small allreduce, or a barrier (no bytes), then needs no rounds of its own.
 struct CheckPayload {
@@ -121,6 +126,9 @@ class Communicator {
   // How many of this group's ranks share each core of the busiest host (hwloc), ≥ 1 when they
   // outnumber the cores. The same on every rank.
   double ranks_per_core() const { return ranks_per_core_; }
+  // Threads a rank's pack and unpack kernels may use (choose_kernel_threads): the cores this process
+  // may run on, shared among the group's ranks on this machine; PRIDE_THREADS overrides.
+  int kernel_threads() const { return kernel_threads_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
@@ -198,6 +206,7 @@ class Communicator {
   int local_rank_ = 0;
   int local_size_ = 1;
   double ranks_per_core_ = 1.0;
+  int kernel_threads_ = 1;
   std::vector<int> node_of_rank_;
   std::vector<long> local_pid_of_rank_;  // pid of each same-host, same-PID-namespace rank; 0 otherwise
   std::vector<ProcessWatch> local_process_of_rank_;  // a pidfd (or /proc) watch of each of those

@@ -35,6 +35,10 @@ Settings read_settings() {
   s.link_bandwidth_gbps = env_double("PRIDE_LINK_BANDWIDTH_GBPS", 0);
   if (const char* v = env("PRIDE_HOSTNAME")) s.hostname = v;
   s.shared_memory = env_double("PRIDE_SHARED_MEMORY", 1) != 0;
+  const double threads = env_double("PRIDE_THREADS", 0);
+  PRIDE_CHECK_ARG(threads >= 0 && threads <= 1024 && threads == double(int(threads)),
+                  "PRIDE_THREADS={} is not a whole number of threads in [0, 1024] (0: from the host's cores)", threads);
+  s.threads = int(threads);
   if (const char* v = env("PRIDE_CUDA_PATH")) s.cuda_path = v;
   PRIDE_CHECK_ARG(s.cuda_path == "auto" || s.cuda_path == "device" || s.cuda_path == "host",
                   "PRIDE_CUDA_PATH='{}' is not one of auto, device, host", s.cuda_path);

@@ -18,6 +18,7 @@ struct Settings {
   double link_bandwidth_gbps = 0;          // PRIDE_LINK_BANDWIDTH_GBPS: cost model override (0 = built-in)
   std::string hostname;                    // PRIDE_HOSTNAME: overrides gethostname() (tests simulate nodes)
   bool shared_memory = true;               // PRIDE_SHARED_MEMORY=0: same-host peers over TCP loopback too
+  int threads = 0;                         // PRIDE_THREADS: pack/unpack threads per rank (0: cores / ranks here)
   std::string cuda_path = "auto";          // PRIDE_CUDA_PATH: auto|device|host — how CUDA tensors' bits travel
 
   static const Settings& get();

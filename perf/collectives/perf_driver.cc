@@ -192,9 +192,10 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
   Communicator comm(make_prefix_store("comm", base), env.rank, env.world_size, {});
   const bool root = comm.rank() == 0;
   if (root) {
-    fmt::print("# {}: {} ranks on {} host(s), {}, iters {}, warmup {}, check {}, kernels {}, timeout {} s\n", tool,
-               comm.size(), comm.num_nodes(), bench.describe(), sweep.iters, sweep.warmup, sweep.check,
-               bits::isa_name(bits::active_isa()), comm.timeout().count() / 1000.0);
+    fmt::print("# {}: {} ranks on {} host(s), {}, iters {}, warmup {}, check {}, kernels {} x {} thread(s), "
+               "timeout {} s\n",
+               tool, comm.size(), comm.num_nodes(), bench.describe(), sweep.iters, sweep.warmup, sweep.check,
+               bits::isa_name(bits::active_isa()), comm.kernel_threads(), comm.timeout().count() / 1000.0);
   }
   print_ranks(*base, comm);
   if (root) {

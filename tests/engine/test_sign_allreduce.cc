@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "backend/topology/host_topology.h"
 #include "collectives/engine/sign/data_path.h"
 #include "collectives/engine/sign/plane_ops.h"
 #include "collectives/engine/sign/selector.h"
@@ -247,6 +249,40 @@ TEST(SignAllreduce, DeferredPlaneOpsRefuseOtherAlgorithms) {
                                                                       SignAlgorithm::kRing},
                                        uint32_t(DType::kFloat32), planes.data()),
                  InvalidArgument);
+  });
+}
+
+// Pack and unpack on several threads (PRIDE_THREADS overrides the cores-per-rank rule) give the same
+// bits: every mode and vote kind, across segments, against the oracle.
+TEST(SignAllreduce, MultiThreadedKernelsMatchInt32Oracle) {
+  setenv("PRIDE_THREADS", "3", 1);
+  Settings::reload();
+  testing::run_ranks(3, [](Communicator& comm) {
+    EXPECT_EQ(comm.kernel_threads(), 3);
+    uint64_t salt = 700;
+    for (auto algorithm : {SignAlgorithm::kDirect, SignAlgorithm::kRing}) {
+      for (auto mode : {SignMode::kVote, SignMode::kMean}) {
+        for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+          check_case(comm, {algorithm, mode, kind, DType::kFloat32, (size_t(1) << 21) + 4099}, salt++);
+        }
+      }
+    }
+    check_case(comm, {SignAlgorithm::kDirect, SignMode::kVote, VoteKind::kBinary, DType::kBFloat16,
+                      (size_t(1) << 24) + 12345}, salt++);  // several 1 MiB segments, pipelined
+  });
+  unsetenv("PRIDE_THREADS");
+  Settings::reload();
+}
+
+TEST(SignAllreduce, KernelThreadsShareTheCoresOfTheMachine) {
+  EXPECT_EQ(choose_kernel_threads(0, 16, 4), 4);
+  EXPECT_EQ(choose_kernel_threads(0, 16, 5), 3);
+  EXPECT_EQ(choose_kernel_threads(0, 2, 4), 1);   // oversubscribed: one thread each
+  EXPECT_EQ(choose_kernel_threads(0, 2, 1), 2);
+  EXPECT_EQ(choose_kernel_threads(6, 2, 4), 6);   // PRIDE_THREADS wins
+  // Ranks of one process share its machine: each gets its share of this process's cores.
+  testing::run_ranks(4, [](Communicator& comm) {
+    EXPECT_EQ(comm.kernel_threads(), std::max(1, host_topology().cores / 4)) << comm.rank();
   });
 }
 

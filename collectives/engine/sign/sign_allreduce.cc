@@ -7,6 +7,7 @@
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "collectives/bits/parallel_words.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/sign/direct_segment.h"
 #include "collectives/engine/sign/plane_ops.h"
@@ -213,15 +214,23 @@ void sign_allreduce(Communicator& comm, void* x, bits::DType dtype, size_t numel
   uint64_t* votes = sign_scratch(comm.workspace(), SignScratch::kVotes, size_t(binary ? 1 : 2) * nwords);
   const int result_planes = SignPlan::make(comm.size(), options.mode, options.votes).result_planes;
   uint64_t* planes = sign_scratch(comm.workspace(), SignScratch::kResultPlanes, size_t(result_planes) * nwords);
+  // Packing and unpacking read and write the tensor itself, the memory-bound part of the call: they
+  // use the threads the rank's cores allow (Communicator::kernel_threads), on disjoint word ranges.
+  const int threads = comm.kernel_threads();
   SegmentHooks hooks;
-  hooks.pack = [&](size_t first_word, size_t words) {
-    const size_t begin = first_word * 64, count = std::min(numel, (first_word + words) * 64) - begin;
-    const void* in = static_cast<const char*>(x) + begin * elem;
-    if (binary) bits::pack_binary(in, dtype, count, votes + first_word);
-    else bits::pack_ternary(in, dtype, count, votes + first_word, votes + nwords + first_word);
+  hooks.pack = [&](size_t segment_first, size_t segment_words) {
+    bits::parallel_words(segment_words, threads, [&](size_t offset, size_t words) {
+      const size_t first_word = segment_first + offset;
+      const size_t begin = first_word * 64, count = std::min(numel, (first_word + words) * 64) - begin;
+      const void* in = static_cast<const char*>(x) + begin * elem;
+      if (binary) bits::pack_binary(in, dtype, count, votes + first_word);
+      else bits::pack_ternary(in, dtype, count, votes + first_word, votes + nwords + first_word);
+    });
   };
-  hooks.unpack = [&](const SignResult& r, size_t first_word, size_t words) {
-    write_words(r, first_word, words, x, dtype);
+  hooks.unpack = [&](const SignResult& r, size_t segment_first, size_t segment_words) {
+    bits::parallel_words(segment_words, threads, [&](size_t offset, size_t words) {
+      write_words(r, segment_first + offset, words, x, dtype);
+    });
   };
   run_sign_allreduce(comm, votes, numel, options, uint32_t(dtype), hooks, planes);
 }
