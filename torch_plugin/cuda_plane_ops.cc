@@ -57,12 +57,6 @@ void CudaPlaneOps::finalize(const SignPlan& plan, const uint64_t* counts, int pl
 
 void CudaPlaneOps::settle() { C10_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-int64_t CudaPlaneOps::device_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& [key, t] : buffers_) bytes += t.numel() * t.element_size();
-  return bytes;
-}
-
 void finalize_on_device(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
                         size_t result_stride, cudaStream_t stream) {
   if (nwords == 0) return;
@@ -85,20 +79,13 @@ void finalize_on_device(const SignPlan& plan, const uint64_t* counts, int planes
     }
     return;
   }
-  // The signed offset writes planes nwords apart: straight into the result when it is laid out so.
-  if (result_stride == nwords) {
-    check_launch(bits::cuda::counter_signed_offset(pos, neg, planes, nwords, plan.nranks, result, plan.result_planes,
-                                                   stream),
-                 "mean offset");
-    return;
-  }
-  at::Tensor tmp = at::empty({int64_t(size_t(plan.result_planes) * nwords)},
-                             at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
-  auto* staged = reinterpret_cast<uint64_t*>(tmp.data_ptr<int64_t>());
-  check_launch(bits::cuda::counter_signed_offset(pos, neg, planes, nwords, plan.nranks, staged, plan.result_planes,
+  // The signed offset writes its planes nwords apart; both callers (the direct algorithm's chunk, a
+  // bucket of one rank) lay their result out so.
+  TORCH_CHECK(result_stride == nwords, "pride: finalize_on_device: mean of ternary votes needs result planes ",
+              nwords, " words apart, got ", result_stride);
+  check_launch(bits::cuda::counter_signed_offset(pos, neg, planes, nwords, plan.nranks, result, plan.result_planes,
                                                  stream),
                "mean offset");
-  copy_planes(result, result_stride, staged, nwords, plan.result_planes, nwords, stream);
 }
 
 }  // namespace pride::torch_plugin

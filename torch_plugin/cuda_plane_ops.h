@@ -32,9 +32,6 @@ class CudaPlaneOps final : public PlaneOps {
                 size_t result_stride) override;
   void settle() override;
 
-  // Bytes of device memory the buffers hold now.
-  int64_t device_bytes() const;
-
  private:
   c10::Device device_;
   cudaStream_t stream_;
@@ -43,8 +40,8 @@ class CudaPlaneOps final : public PlaneOps {
 };
 
 // SignPlan::finalize on device planes, queued on `stream` (counts: `counters` counters of `planes`
-// planes, counter-major; result plane p at result + p * result_stride). With planes = 1 and N = 1 it
-// turns one rank's own votes into its result.
+// planes, counter-major; result plane p at result + p * result_stride, which for the mean of ternary
+// votes must be nwords). With planes = 1 and N = 1 it turns one rank's own votes into its result.
 void finalize_on_device(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
                         size_t result_stride, cudaStream_t stream);
 

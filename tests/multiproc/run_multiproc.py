@@ -46,26 +46,56 @@ def kill_group(proc):
         pass
 
 
-def run_perf(args):
-    cmd = [args.torchrun, "--standalone", "--nproc-per-node", str(args.nproc), "--no-python"] + args.command
+def run_launcher(cmd, deadline, what):
+    """Runs a launcher of ranks; returns its output once it exits 0 and rank 0 reported no wrong value.
+    Exit 77 (the launcher could not set up, e.g. no network namespaces) passes through as a skip."""
     print("+", " ".join(cmd), flush=True)
-    # A session of its own, so a hang can be killed with everything torchrun started.
+    # A session of its own, so a hang can be killed with everything the launcher started.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=args.deadline)
+        out, _ = proc.communicate(timeout=deadline)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, _ = proc.communicate()
         print(out)
-        fail(f"still running after {args.deadline} s (hang?); killed")
+        fail(f"still running after {deadline} s (hang?); killed")
     print(out, flush=True)
+    if proc.returncode == 77:
+        sys.exit(77)
     if proc.returncode != 0:
-        fail(f"torchrun exited with {proc.returncode}")
+        fail(f"{what} exited with {proc.returncode}")
     if "# Out of bounds values : 0 OK" not in out:
         fail("rank 0 did not report '# Out of bounds values : 0 OK'")
+    return out
+
+
+def peer_routes(out):
+    """(rank, peer, route) of every route in the ranks' header lines ("#  Rank r ... via p:ROUTE ...")."""
+    routes = []
+    for line in out.splitlines():
+        m = re.match(r"#\s+Rank\s+(\d+) .* via (.*)$", line)
+        if m:
+            routes += [(int(m.group(1)), int(entry.split(":", 1)[0]), entry.split(":", 1)[1])
+                       for entry in m.group(2).split() if ":" in entry]
+    return routes
+
+
+def check_route_count(routes, nproc):
+    want = nproc * min(nproc - 1, 8)  # the perf tools print at most 8 peers per rank
+    if len(routes) != want:
+        fail(f"expected {want} peer routes in the ranks' header lines, found {len(routes)}")
+
+
+def run_perf(args):
+    cmd = [args.torchrun, "--standalone", "--nproc-per-node", str(args.nproc), "--no-python"] + args.command
+    out = run_launcher(cmd, args.deadline, "torchrun")
     if args.expect_route:
-        check_routes(out, args.expect_route, args.nproc)
+        routes = peer_routes(out)
+        check_route_count(routes, args.nproc)
+        wrong = sorted({route for _, _, route in routes if not re.fullmatch(args.expect_route, route)})
+        if wrong:
+            fail(f"routes {wrong} do not match {args.expect_route!r}")
     print("PASS")
 
 
@@ -75,56 +105,16 @@ TCP_ROUTE = r"tcp(\+[a-z0-9_]+)*"
 
 def run_netns(args):
     cmd = ["bash", args.netns_run, "-n", str(args.hosts), "-p", str(args.per_host), "--"] + args.command
-    print("+", " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=args.deadline)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, _ = proc.communicate()
-        print(out)
-        fail(f"still running after {args.deadline} s (hang?); killed")
-    print(out, flush=True)
-    if proc.returncode == 77:
-        sys.exit(77)
-    if proc.returncode != 0:
-        fail(f"netns_run exited with {proc.returncode}")
-    if "# Out of bounds values : 0 OK" not in out:
-        fail("rank 0 did not report '# Out of bounds values : 0 OK'")
-    # "#  Rank r ... via p:ROUTE ...": host of rank r is r // per_host.
-    checked = 0
-    for line in out.splitlines():
-        m = re.match(r"#\s+Rank\s+(\d+) .* via (.*)$", line)
-        if not m:
-            continue
-        rank = int(m.group(1))
-        for entry in m.group(2).split():
-            if ":" not in entry:
-                continue
-            peer, route = entry.split(":", 1)
-            same_host = int(peer) // args.per_host == rank // args.per_host
-            want = SHARED_MEMORY_ROUTE if same_host else TCP_ROUTE
-            if not re.fullmatch(want, route):
-                fail(f"rank {rank} reaches rank {peer} ({'same' if same_host else 'another'} host) via {route}, "
-                     f"expected {want!r}")
-            checked += 1
-    nproc = args.hosts * args.per_host
-    if checked != nproc * min(nproc - 1, 8):
-        fail(f"expected {nproc * min(nproc - 1, 8)} peer routes in the ranks' header lines, found {checked}")
+    out = run_launcher(cmd, args.deadline, "netns_run")
+    routes = peer_routes(out)
+    check_route_count(routes, args.hosts * args.per_host)
+    for rank, peer, route in routes:  # rank r runs on host r // per_host
+        same_host = peer // args.per_host == rank // args.per_host
+        want = SHARED_MEMORY_ROUTE if same_host else TCP_ROUTE
+        if not re.fullmatch(want, route):
+            fail(f"rank {rank} reaches rank {peer} ({'same' if same_host else 'another'} host) via {route}, "
+                 f"expected {want!r}")
     print("PASS")
-
-
-def check_routes(out, pattern, nproc):
-    routes = []
-    for line in out.splitlines():
-        if line.startswith("#  Rank") and " via " in line:
-            routes += [entry.split(":", 1)[1] for entry in line.split(" via ", 1)[1].split() if ":" in entry]
-    if len(routes) != nproc * (nproc - 1):
-        fail(f"expected {nproc * (nproc - 1)} peer routes in the ranks' header lines, found {len(routes)}")
-    wrong = [r for r in routes if not re.fullmatch(pattern, r)]
-    if wrong:
-        fail(f"routes {sorted(set(wrong))} do not match {pattern!r}")
 
 
 def free_port():
