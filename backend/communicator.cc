@@ -224,6 +224,70 @@ void Collective::sendrecv(int to, const void* sbuf, size_t sbytes, int from, voi
   wait(s);
 }
 
+void Collective::wait_external(const std::string& what, const std::function<bool()>& done,
+                               const std::function<std::string()>& error, const std::function<void()>& give_up) {
+  // Every failure path stops the work first: the peers' notices close this rank's connections, and the
+  // caller frees the work's buffers as the exception unwinds.
+  auto fail_with = [&](auto make_error, const std::string& message) {
+    give_up();
+    comm_.notify_abort(message);
+    throw make_error(message);
+  };
+  uint64_t idle_rounds = 0;
+  Clock::time_point next_liveness_check = Clock::now() + kLivenessInterval;
+  for (;;) {
+    if (done()) return;
+    const std::string failure = error();
+    if (!failure.empty()) fail_with([](const std::string& m) { return PeerError(m); },
+                                    fmt::format("pride {}: {} failed: {}", describe(), what, failure));
+    const Clock::time_point now = Clock::now();
+    if (now > deadline_) {
+      fail_with([](const std::string& m) { return TimeoutError(m); },
+                fmt::format("pride {}: timed out waiting for {} (the group's timeout of {} ms passed)", describe(),
+                            what, comm_.timeout_.count()));
+    }
+    if (now >= next_liveness_check) {  // the other engine may never notice a dead peer: this rank looks
+      next_liveness_check = now + kLivenessInterval;
+      for (int peer = 0; peer < comm_.size_; ++peer) {
+        if (peer == comm_.rank_) continue;
+        const std::string gone = comm_.peer_gone(peer);
+        if (gone.empty()) continue;
+        try {
+          comm_.await_abort_notice(describe());
+        } catch (...) {
+          give_up();
+          throw;
+        }
+        fail_with([](const std::string& m) { return PeerError(m); },
+                  fmt::format("pride {}: {}: peer {} failed: {}", describe(), what, peer, gone));
+      }
+    }
+    bool progressed = false;
+    try {
+      progressed = comm_.progress_or_throw(describe());  // another rank's abort notice, or torch's abort()
+    } catch (...) {
+      give_up();
+      throw;
+    }
+    // The other engine's completion raises no event on this transport's fd: poll it every 50 µs at
+    // worst, not every millisecond as idle() would.
+    if (progressed) {
+      idle_rounds = 0;
+    } else if (++idle_rounds > 256) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void Collective::count_external(size_t bytes_sent, size_t bytes_received, MemoryType memory) {
+  TrafficCounters& counters = comm_.traffic_[algorithm_];
+  counters.bytes_sent += bytes_sent;
+  counters.bytes_received += bytes_received;
+  if (memory != MemoryType::kHost) counters.device_bytes_sent += bytes_sent;
+}
+
 // ---- Communicator ----------------------------------------------------------------------------
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)

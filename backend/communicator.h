@@ -88,6 +88,16 @@ class Collective {
   // Blocking exchange with two peers (the ring step): send to `to`, receive from `from`.
   void sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes, uint32_t slot);
 
+  // Work that another engine does for this collective (NCCL on a GPU stream): waits until `done()`,
+  // watching what wait() watches (abort notices, every peer's liveness, the deadline) and `error()`,
+  // which names that engine's own failure (empty while there is none). On any failure `give_up()` runs
+  // first (it must stop the work and release its buffers: ncclCommAbort), then the peers are told and
+  // the error is thrown, naming the peer where one is to blame. `what` names the work in messages.
+  void wait_external(const std::string& what, const std::function<bool()>& done,
+                     const std::function<std::string()>& error, const std::function<void()>& give_up);
+  // Bytes that engine moved for this collective, counted like the transport's (pride.stats()).
+  void count_external(size_t bytes_sent, size_t bytes_received, MemoryType memory);
+
   // The communicator's reusable scratch memory (see workspace.h).
   Workspace& workspace();
 

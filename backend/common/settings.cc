@@ -42,6 +42,9 @@ Settings read_settings() {
   if (const char* v = env("PRIDE_CUDA_PATH")) s.cuda_path = v;
   PRIDE_CHECK_ARG(s.cuda_path == "auto" || s.cuda_path == "device" || s.cuda_path == "host",
                   "PRIDE_CUDA_PATH='{}' is not one of auto, device, host", s.cuda_path);
+  if (const char* v = env("PRIDE_CUDA_TRANSPORT")) s.cuda_transport = v;
+  PRIDE_CHECK_ARG(s.cuda_transport == "auto" || s.cuda_transport == "nccl" || s.cuda_transport == "ucx",
+                  "PRIDE_CUDA_TRANSPORT='{}' is not one of auto, nccl, ucx", s.cuda_transport);
   return s;
 }
 

@@ -61,8 +61,11 @@ std::string describe_sign(const Fingerprint& f) {
 }  // namespace
 
 std::string describe_call(const Fingerprint& f) {
-  std::string call = f.op == kSignAllreduceOp ? describe_sign(f) : describe_standard(f);
+  Fingerprint plain = f;
+  plain.detail &= ~kFingerprintOverNccl;
+  std::string call = f.op == kSignAllreduceOp ? describe_sign(plain) : describe_standard(plain);
   if (call.empty()) call = fmt::format("op {:#x} dtype {} numel {} detail {:#x}", f.op, f.dtype, f.numel, f.detail);
+  if (f.detail & kFingerprintOverNccl) call += " over NCCL";
   return fmt::format("{} (#{})", call, f.sequence);
 }
 

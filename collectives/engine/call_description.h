@@ -16,6 +16,9 @@ constexpr uint32_t kSignAllreduceOp = 0x5160;
 // (sign_allreduce_packed), or the planes of a DistributedLion bucket. Float inputs use bits::DType.
 constexpr uint32_t kSignInputPacked = 0xFF;
 constexpr uint32_t kSignInputOptimizerBucket = 0x11;
+// Set in Fingerprint::detail of a call whose bytes go over NCCL (torch_plugin/nccl_*): a rank on NCCL
+// and a rank on UCX disagree before either sends anything. Printed as "over NCCL".
+constexpr uint64_t kFingerprintOverNccl = uint64_t(1) << 62;
 
 // "allreduce SUM float32 numel 100", "broadcast 400 bytes from root 2",
 // "sign_allreduce vote binary float32 numel 1000 (ring, segments of 1048576 words)", ...

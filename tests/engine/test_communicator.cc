@@ -1,12 +1,16 @@
 // Communicator and transport: point-to-point delivery, tags, fingerprints, deadlines, traffic counters.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <numeric>
 #include <vector>
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "backend/transport/gpu_transport_choice.h"
+#include "collectives/engine/call_description.h"
+#include "collectives/engine/standard/common.h"
 #include "tests/engine/rank_threads.h"
 
 namespace pride {
@@ -120,6 +124,87 @@ TEST(Communicator, SilentPeerTimesOutNamingIt) {
   EXPECT_TRUE(timed_out || failed) << errors[0];
   EXPECT_NE(errors[0].find("peer 1"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("allreduce"), std::string::npos) << errors[0];
+}
+
+// wait_external (the NCCL transport's wait): the other engine's own error, a rank that gives up, and
+// the deadline each stop the work (give_up) before the error, which names the collective; a rank
+// whose work finishes sees nothing.
+TEST(Communicator, ExternalWorkFailsOnItsErrorAPeersNoticeOrTheDeadline) {
+  // Rank 1's engine reports an error; ranks 0 and 2 wait for work that never ends and hear of it.
+  // Rank 1 fails only once every rank waits (a rank still in begin() would fail there, before any work).
+  std::vector<int> gave_up(3, 0);
+  std::atomic<int> waiting{0};
+  auto errors = run_ranks_collect_errors(3, [&](Communicator& comm) {
+    Collective c = comm.begin("allreduce", "nccl", Fingerprint{0, 1, 0, 1, 0});
+    const int r = comm.rank();
+    waiting++;
+    c.wait_external("the NCCL kernels", [] { return false; },
+                    [r, &waiting]() -> std::string {
+                      return r == 1 && waiting.load() == 3 ? "unhandled system error (remote process exited)" : "";
+                    },
+                    [&gave_up, r] { gave_up[size_t(r)]++; });
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(gave_up[size_t(r)], 1) << "rank " << r << ": " << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("allreduce"), std::string::npos) << errors[size_t(r)];
+  }
+  EXPECT_NE(errors[1].find("the NCCL kernels failed: unhandled system error"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("peer 1 gave up"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[2].find("peer 1 gave up"), std::string::npos) << errors[2];
+
+  // Nothing fails: done() ends the wait, the bytes are counted, and give_up is never called.
+  run_ranks(2, [](Communicator& comm) {
+    Collective c = comm.begin("allgather", "nccl", Fingerprint{0, 2, 0, 1, 0});
+    int polls = 0;
+    c.wait_external("the NCCL kernels", [&polls] { return ++polls > 3; }, [] { return std::string(); },
+                    [] { ADD_FAILURE() << "gave up on finished work"; });
+    c.count_external(100, 300, MemoryType::kCuda);
+    const TrafficCounters& t = comm.traffic().at("nccl");
+    EXPECT_EQ(t.bytes_sent, 100u);
+    EXPECT_EQ(t.bytes_received, 300u);
+    EXPECT_EQ(t.device_bytes_sent, 100u);
+  });
+
+  // The deadline.
+  auto timed = run_ranks_collect_errors(1, [](Communicator& comm) {
+    comm.set_timeout(std::chrono::milliseconds(200));
+    Collective c = comm.begin("broadcast", "nccl", Fingerprint{0, 3, 0, 1, 0});
+    bool stopped = false;
+    try {
+      c.wait_external("the NCCL kernels", [] { return false; }, [] { return std::string(); },
+                      [&stopped] { stopped = true; });
+    } catch (const TimeoutError&) {
+      EXPECT_TRUE(stopped);
+      throw;
+    }
+  });
+  EXPECT_NE(timed[0].find("timed out waiting for the NCCL kernels"), std::string::npos) << timed[0];
+}
+
+TEST(GpuTransportChoice, NcclWhereBuiltAndEveryRankHasItsOwnGpu) {
+  using T = GpuTransport;
+  EXPECT_EQ(choose_gpu_transport("auto", true, true, 0), T::kNccl);
+  EXPECT_EQ(choose_gpu_transport("auto", true, false, 0), T::kUcx);  // NCCL refuses a GPU shared by ranks
+  EXPECT_EQ(choose_gpu_transport("auto", false, true, 0), T::kUcx);
+  EXPECT_EQ(choose_gpu_transport("nccl", true, false, 0), T::kNccl);  // forced: NCCL_HOSTID tests on one GPU
+  EXPECT_EQ(choose_gpu_transport("ucx", true, true, 0), T::kUcx);
+  try {
+    choose_gpu_transport("nccl", false, true, 5);
+    ADD_FAILURE() << "PRIDE_CUDA_TRANSPORT=nccl was accepted by a build without NCCL";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 5"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(choose_gpu_transport("gloo", true, true, 0), InvalidArgument);
+
+  EXPECT_TRUE(one_gpu_per_rank({{"a", "GPU-1"}, {"a", "GPU-2"}, {"b", "GPU-1"}}));
+  EXPECT_FALSE(one_gpu_per_rank({{"a", "GPU-1"}, {"b", "GPU-1"}, {"a", "GPU-1"}}));
+  EXPECT_TRUE(one_gpu_per_rank({}));
+
+  // A call over NCCL reads as the same call, marked, so a rank on NCCL and one on UCX see why they differ.
+  Fingerprint f = standard::fingerprint(standard::OpId::kAllreduce, ScalarType::kFloat32, 100,
+                                        uint64_t(ReduceOp::kSum) | kFingerprintOverNccl);
+  f.sequence = 3;
+  EXPECT_EQ(describe_call(f), "allreduce SUM float32 numel 100 over NCCL (#3)");
 }
 
 TEST(Communicator, PointToPointMatchesTags) {

@@ -301,6 +301,19 @@ TEST(SignAllreduce, CudaDataPathChoice) {
     EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
   }
   EXPECT_THROW(choose_data_path("gpu", true, A::kDirect, 0), InvalidArgument);
+
+  // Over NCCL: what was asked for, else PRIDE_ALGO, else direct; never ring or tree.
+  EXPECT_EQ(choose_nccl_sign_algorithm(A::kAuto, "auto", 0), A::kDirect);
+  EXPECT_EQ(choose_nccl_sign_algorithm(A::kAuto, "allgather", 0), A::kAllgather);
+  EXPECT_EQ(choose_nccl_sign_algorithm(A::kAllgather, "direct", 0), A::kAllgather);
+  EXPECT_EQ(choose_nccl_sign_algorithm(A::kDirect, "ring", 0), A::kDirect);
+  try {
+    choose_nccl_sign_algorithm(A::kAuto, "tree", 2);
+    ADD_FAILURE() << "tree over NCCL was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(choose_nccl_sign_algorithm(A::kRing, "auto", 0), InvalidArgument);
 }
 
 TEST(SignAllreduce, PackedInputIgnoresTrailingBits) {

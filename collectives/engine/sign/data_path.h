@@ -22,4 +22,9 @@ enum class DataPath : uint8_t { kDeviceMemory, kHostStaging };
 DataPath choose_data_path(const std::string& setting, bool transport_carries_cuda, SignAlgorithm algorithm, int rank);
 const char* name(DataPath path);
 
+// The algorithm a sign-allreduce runs over NCCL (torch_plugin/nccl_sign_allreduce.h): the one asked
+// for (`requested`, else PRIDE_ALGO given as `setting`), direct when neither asks. NCCL runs direct and
+// allgather; ring and tree are InvalidArgument naming the rank (they exist for UCX's small messages).
+SignAlgorithm choose_nccl_sign_algorithm(SignAlgorithm requested, const std::string& setting, int rank);
+
 }  // namespace pride
