@@ -82,6 +82,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("device_bytes", &pride::torch_plugin::CudaLionWorkspace::device_bytes);
 #endif
   m.def("cuda_supported", &PrideBackend::cuda_supported, "Whether this build of pride handles CUDA tensors.");
+  m.def("nccl_supported", &PrideBackend::nccl_supported,
+        "Whether this build of pride has the NCCL transport for CUDA tensors (PRIDE_CUDA_TRANSPORT).");
 
   m.def(
       "distributed_lion_step",

@@ -45,6 +45,30 @@ def launch(worker, args, report):
     return report(args, result)
 
 
+def side_by_side_result(ranks, numel, times, sign_stats, **extra):
+    """What a side-by-side benchmark's rank 0 writes: medians and minima of each case's times (seconds),
+    and the sign-allreduce algorithms that sent bytes with rank 0's total."""
+    import statistics
+
+    return {
+        "ranks": ranks, "numel": numel, **extra,
+        "median_s": {k: statistics.median(v) for k, v in times.items()},
+        "min_s": {k: min(v) for k, v in times.items()},
+        "sign_algorithms": {k: v for k, v in sign_stats["per_algorithm"].items() if v["bytes_sent"]},
+        "sign_bytes_sent_rank0": sign_stats["bytes_sent"],
+    }
+
+
+def print_side_by_side(result, baseline, label):
+    """One row per case: median time [min], and the baseline's median divided by the case's."""
+    med = result["median_s"]
+    print(f"{'case':<24} {'time (ms)':>18} {label:>9}")
+    for name, t in med.items():
+        print(f"{name:<24} {t * 1e3:>9.2f} [{result['min_s'][name] * 1e3:>6.2f}] {med[baseline] / t:>8.2f}x")
+    print(f"# sign_allreduce algorithm(s): {', '.join(result['sign_algorithms'])}; rank 0 sent "
+          f"{result['sign_bytes_sent_rank0'] * 8 / result['numel']:.3f} bits/element")
+
+
 def model_like_sizes(total):
     """Sizes of tensors adding up to `total` elements, like a transformer's weights and biases."""
     sizes, left, k = [], total, 0

@@ -12,14 +12,13 @@ and reports medians and ratios. Launches its own ranks (no launcher needed):
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from bench_common import ENV_HELP, init_pride_group, launch
+from bench_common import ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result
 
 
 def timed(fn, barrier):
@@ -65,13 +64,7 @@ def worker(rank, args, store_path, out_path):
     dist.barrier(group=gloo)
     sign_stats = pride.stats()
     if rank == 0:
-        result = {
-            "ranks": args.ranks, "numel": n,
-            "median_s": {k: statistics.median(v) for k, v in times.items()},
-            "min_s": {k: min(v) for k, v in times.items()},
-            "sign_algorithms": {k: v for k, v in sign_stats["per_algorithm"].items() if v["bytes_sent"]},
-            "sign_bytes_sent_rank0": sign_stats["bytes_sent"],
-        }
+        result = side_by_side_result(args.ranks, n, times, sign_stats)
         with open(out_path, "w") as f:
             json.dump(result, f)
     dist.destroy_process_group()
@@ -89,16 +82,10 @@ def main():
 
 
 def report(args, result):
-    med = result["median_s"]
-    gloo = med["gloo all_reduce fp32"]
     where = "one rank per launcher-made host" if args.env else "on one host"
     print(f"# {args.ranks} ranks ({where}), {result['numel']} fp32 elements "
           f"({result['numel'] * 4 / 2**20:.0f} MiB), median of {args.iters} (min in brackets)")
-    print(f"{'case':<24} {'time (ms)':>18} {'vs gloo':>9}")
-    for name, t in med.items():
-        print(f"{name:<24} {t * 1e3:>9.1f} [{result['min_s'][name] * 1e3:>6.1f}] {gloo / t:>8.2f}x")
-    print(f"# sign_allreduce algorithm(s): {', '.join(result['sign_algorithms'])}; rank 0 sent "
-          f"{result['sign_bytes_sent_rank0'] * 8 / result['numel']:.3f} bits/element")
+    print_side_by_side(result, "gloo all_reduce fp32", "vs gloo")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU benchmarks (docs/performance.md, "GPU"): the CUDA kernels against a device-to-device copy, and
 # DistributedLion.step() on 350M parameters against lion-pytorch's Triton Lion (N = 1) and with 4 ranks
-# sharing the GPU, by both data paths (device memory over UCX cuda_ipc, and pinned host staging). Run by scripts/device_test.sh --bench after a build; on its own:
+# sharing the GPU, by both data paths (device memory over UCX cuda_ipc, and pinned host staging); the
+# sign-allreduce over NCCL against NCCL's fp32 allreduce (perf/bench_vs_nccl.py). Run by
+# scripts/device_test.sh --bench after a build; on its own:
 #
 #   bash scripts/device_bench.sh [--out DIR] [--build-dir build/device] [--quick]
 set -uo pipefail
@@ -29,4 +31,7 @@ run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --json "$R
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path host --json "$RESULTS/dlion.jsonl"
+# Issue 14: sign-allreduce over NCCL against NCCL's fp32 allreduce, 4 ranks, 2^26 elements.
+run "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
+run env PRIDE_ALGO=allgather "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
 exit $status

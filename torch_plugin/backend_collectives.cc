@@ -1,7 +1,8 @@
 // PrideBackend's standard collectives: argument checks in torch's terms on the caller's thread, then
-// the engine's collective on the worker. Non-contiguous tensors are staged through contiguous copies,
-// CUDA tensors through pinned host twins (host_staging.h); the *_coalesced calls that delegate to
-// another collective leave that to it.
+// the engine's collective on the worker. CUDA tensors go over NCCL where the group's CUDA tensors take
+// it and NCCL takes the call (nccl_collectives.cc); otherwise they are staged through pinned host twins
+// (host_staging.h). Non-contiguous tensors are staged through contiguous copies; the *_coalesced calls
+// that delegate to another collective leave that to it.
 #include <c10/util/Exception.h>
 
 #include <numeric>
@@ -47,6 +48,9 @@ void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1) {
+    if (auto w = nccl_allreduce(tensors, opts.reduceOp, c10d::OpType::ALLREDUCE, "pride:allreduce")) return w;
+  }
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors[0], opts);
   StagingScope staging(*this, tensor_refs(tensors), "allreduce");
   check_single_tensor(tensors, "allreduce");
@@ -63,6 +67,9 @@ intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, co
 
 intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceCoalescedOptions& opts) {
+  if (auto w = nccl_allreduce(tensors, opts.reduceOp, c10d::OpType::ALLREDUCE_COALESCED, "pride:allreduce_coalesced")) {
+    return w;
+  }
   StagingScope staging(*this, tensor_refs(tensors), "allreduce_coalesced");
   TORCH_CHECK_VALUE(!tensors.empty(), "pride allreduce_coalesced: no tensors");
   check_cpu_tensor(tensors[0], "allreduce_coalesced");
@@ -84,6 +91,9 @@ intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& t
 }
 
 intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  if (tensors.size() == 1) {
+    if (auto w = nccl_broadcast(tensors[0], int(opts.rootRank))) return w;
+  }
   StagingScope staging(*this, tensor_refs(tensors), "broadcast");
   check_single_tensor(tensors, "broadcast");
   check_root(int(opts.rootRank), getSize(), "broadcast");
@@ -99,6 +109,9 @@ intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, co
 }
 
 intrusive_ptr<Work> PrideBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  if (tensors.size() == 1) {
+    if (auto w = nccl_reduce(tensors[0], opts.reduceOp, int(opts.rootRank))) return w;
+  }
   StagingScope staging(*this, tensor_refs(tensors), "reduce");
   check_single_tensor(tensors, "reduce");
   check_root(int(opts.rootRank), getSize(), "reduce");
@@ -118,6 +131,9 @@ intrusive_ptr<Work> PrideBackend::reduce(std::vector<at::Tensor>& tensors, const
 
 intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                             std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  if (outputs.size() == 1 && inputs.size() == 1) {
+    if (auto w = nccl_allgather(outputs[0], inputs[0])) return w;
+  }
   StagingScope staging(*this, tensor_refs(outputs, inputs), "allgather");
   check_single_tensor(inputs, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1, "pride allgather: expected one output list, got ", outputs.size());
@@ -138,6 +154,7 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
 
 intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                   const c10d::AllgatherOptions&) {
+  if (auto w = nccl_allgather_base(output, input)) return w;
   StagingScope staging(*this, tensor_refs(output, input), "all_gather_into_tensor");
   check_cpu_tensor(input, "all_gather_into_tensor");
   check_cpu_tensor(output, "all_gather_into_tensor");
@@ -189,6 +206,7 @@ intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at
 
 intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                          const c10d::GatherOptions& opts) {
+  if (auto w = nccl_gather(outputs, inputs, int(opts.rootRank))) return w;
   StagingScope staging(*this, tensor_refs(outputs, inputs), "gather");
   check_single_tensor(inputs, "gather");
   const int root = int(opts.rootRank);
@@ -216,6 +234,7 @@ intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& o
 
 intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                           const c10d::ScatterOptions& opts) {
+  if (auto w = nccl_scatter(outputs, inputs, int(opts.rootRank))) return w;
   StagingScope staging(*this, tensor_refs(outputs, inputs), "scatter");
   check_single_tensor(outputs, "scatter");
   const int root = int(opts.rootRank);
@@ -244,6 +263,9 @@ intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std:
 intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                  std::vector<std::vector<at::Tensor>>& inputs,
                                                  const c10d::ReduceScatterOptions& opts) {
+  if (outputs.size() == 1 && inputs.size() == 1) {
+    if (auto w = nccl_reduce_scatter(outputs[0], inputs[0], opts.reduceOp)) return w;
+  }
   StagingScope staging(*this, tensor_refs(outputs, inputs), "reduce_scatter");
   check_single_tensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
@@ -266,6 +288,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
 
 intrusive_ptr<Work> PrideBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                        const c10d::ReduceScatterOptions& opts) {
+  if (auto w = nccl_reduce_scatter_base(output, input, opts.reduceOp)) return w;
   StagingScope staging(*this, tensor_refs(output, input), "reduce_scatter_tensor");
   check_cpu_tensor(input, "reduce_scatter_tensor");
   check_cpu_tensor(output, "reduce_scatter_tensor");
@@ -300,6 +323,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter_tensor_coalesced(std::vector<at
 intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                 std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                 const c10d::AllToAllOptions&) {
+  if (auto w = nccl_alltoall_base(output, input, output_splits, input_splits)) return w;
   StagingScope staging(*this, tensor_refs(output, input), "all_to_all_single");
   check_cpu_tensor(input, "all_to_all_single");
   check_cpu_tensor(output, "all_to_all_single");
@@ -344,6 +368,7 @@ intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& 
 
 intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                            const c10d::AllToAllOptions&) {
+  if (auto w = nccl_alltoall(outputs, inputs)) return w;
   StagingScope staging(*this, tensor_refs(outputs, inputs), "all_to_all");
   const int n = getSize();
   TORCH_CHECK_VALUE(int(outputs.size()) == n && int(inputs.size()) == n, "pride all_to_all: expected ", n,

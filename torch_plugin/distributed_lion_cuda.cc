@@ -12,8 +12,8 @@
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/engine/call_description.h"
-#include "collectives/engine/sign/data_path.h"
 #include "torch_plugin/cuda_plane_ops.h"
+#include "torch_plugin/device_vote.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -111,6 +111,7 @@ struct StepPlan {
   cudaStream_t stream;         // the caller's: local update, pack, apply
   c10::cuda::CUDAStream vote_stream;  // the worker's: agreement, exchange and count of each bucket's planes
   c10::Device device;
+  NcclGroup* nccl;             // the group's NCCL side when NCCL carries its CUDA tensors, else null
 };
 
 // Returns false (nothing applied) when the ranks' layouts differ.
@@ -137,7 +138,9 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       to_sign_dtype(params[0].scalar_type(), "DistributedLion"),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
                       c10::cuda::getStreamFromPool(false, device.index()),
-                      device};
+                      device,
+                      backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()
+                                                                                                  : nullptr};
   const size_t elem = bits::dtype_size(step.dtype);
   CudaLionWorkspace::Buffers& ws = workspace.buffers();
   TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride DistributedLion: a workspace serves one device");
@@ -253,7 +256,7 @@ bool any_abstention_on_device(const TensorSlice* lion_slices, size_t nslices, co
 }
 
 // One bucket's vote, on the worker: the agreement, then the exchange and count of its planes by the
-// data path that applies (collectives/engine/sign/data_path.h), the result planes left on the device.
+// transport and data path that apply (device_vote.h), the result planes left on the device.
 void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uint64_t* votes, uint64_t* planes,
                     uint64_t* votes_host, uint64_t* planes_host, const TensorSlice* lion_table) {
   const cudaStream_t stream = step.vote_stream.stream();
@@ -272,22 +275,8 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
                                                       stream),
                  "binary_as_ternary");
   }
-  const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
-  options.algorithm = choose_sign_algorithm(comm, plan, b.size, options);
-  const DataPath path = choose_data_path(Settings::get().cuda_path, comm.transport().carries(MemoryType::kCuda),
-                                         options.algorithm, comm.rank());
-  if (path == DataPath::kDeviceMemory) {
-    CudaPlaneOps ops(step.device, stream, comm.rank());
-    b.plan = sign_allreduce_planes(comm, ops, votes, b.size, options, kSignInputOptimizerBucket, planes).plan;
-    return;
-  }
-  C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, votes, size_t(plan.counters) * b.nwords * 8, cudaMemcpyDeviceToHost,
-                                 stream));
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  b.plan = sign_allreduce_planes(comm, votes_host, b.size, options, kSignInputOptimizerBucket, planes_host).plan;
-  C10_CUDA_CHECK(cudaMemcpyAsync(planes, planes_host, size_t(b.plan.result_planes) * b.nwords * 8,
-                                 cudaMemcpyHostToDevice, stream));
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  b.plan = vote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket,
+                          DeviceVote{step.device, stream, votes, planes, votes_host, planes_host});
 }
 
 // The bucket's apply slices of the tensors that some rank has a gradient for, on the device (only

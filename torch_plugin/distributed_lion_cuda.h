@@ -4,8 +4,8 @@
 //      g and m, writes m and the vote bits, on the caller's current stream;
 //   2. vote, on the group's worker while the GPU packs the next bucket: the agreement (abstentions are
 //      found on the device, only a flag comes back), then the exchange and count of the packed bits by
-//      the data path that applies (collectives/engine/sign/data_path.h): device memory moved by UCX
-//      and counted on the GPU, or pinned host staging and the host engine;
+//      the transport and data path that apply (device_vote.h): NCCL, device memory moved by UCX and
+//      counted on the GPU, or pinned host staging and the host engine;
 //   3. apply: one launch applies x ← x·(1 − lr·λ) − lr·Δ from the result planes on the device.
 // A world of one (no group, or G-Lion's local step) never leaves the GPU: the planes are decided on
 // the device. The workspace keeps the device and pinned buffers from step to step.

@@ -13,8 +13,12 @@
 
 #include "torch_plugin/cuda_ordering.h"
 #endif
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+#include "torch_plugin/nccl_group.h"
+#endif
 
 #include "backend/common/error.h"
+#include "backend/common/settings.h"
 #include "backend/store/c10d_store.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -83,13 +87,76 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_cuda(at::Tensor& ten
 }
 #endif
 
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+struct PrideBackend::Nccl {
+  Nccl(std::shared_ptr<Store> store, int rank, int size) : group(std::move(store), rank, size) {}
+  NcclGroup group;
+};
+
+GpuTransport PrideBackend::gpu_transport(c10::Device device) { return nccl_->group.transport(device, *comm_); }
+
+NcclGroup* PrideBackend::nccl() { return nccl_->group.chosen() ? &nccl_->group : nullptr; }
+
+bool PrideBackend::nccl_supported() { return true; }
+#else
+bool PrideBackend::nccl_supported() { return false; }
+
+struct PrideBackend::Nccl {};
+
+GpuTransport PrideBackend::gpu_transport(c10::Device) {
+  try {  // a forced PRIDE_CUDA_TRANSPORT=nccl is an error here, not a silent UCX
+    return choose_gpu_transport(Settings::get().cuda_transport, /*built_with_nccl=*/false, false, getRank());
+  } catch (const std::exception& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+}
+
+NcclGroup* PrideBackend::nccl() { return nullptr; }
+
+using Work = c10d::Work;
+c10::intrusive_ptr<Work> PrideBackend::nccl_allreduce(std::vector<at::Tensor>&, const c10d::ReduceOp&, c10d::OpType,
+                                                      const char*) {
+  return {};
+}
+c10::intrusive_ptr<Work> PrideBackend::nccl_broadcast(at::Tensor&, int) { return {}; }
+c10::intrusive_ptr<Work> PrideBackend::nccl_reduce(at::Tensor&, const c10d::ReduceOp&, int) { return {}; }
+c10::intrusive_ptr<Work> PrideBackend::nccl_allgather(std::vector<at::Tensor>&, at::Tensor&) { return {}; }
+c10::intrusive_ptr<Work> PrideBackend::nccl_allgather_base(at::Tensor&, at::Tensor&) { return {}; }
+c10::intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor&, std::vector<at::Tensor>&,
+                                                           const c10d::ReduceOp&) {
+  return {};
+}
+c10::intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter_base(at::Tensor&, at::Tensor&, const c10d::ReduceOp&) {
+  return {};
+}
+c10::intrusive_ptr<Work> PrideBackend::nccl_alltoall_base(at::Tensor&, at::Tensor&, const std::vector<int64_t>&,
+                                                          const std::vector<int64_t>&) {
+  return {};
+}
+c10::intrusive_ptr<Work> PrideBackend::nccl_alltoall(std::vector<at::Tensor>&, std::vector<at::Tensor>&) { return {}; }
+c10::intrusive_ptr<Work> PrideBackend::nccl_gather(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+                                                   int) {
+  return {};
+}
+c10::intrusive_ptr<Work> PrideBackend::nccl_scatter(std::vector<at::Tensor>&, std::vector<std::vector<at::Tensor>>&,
+                                                    int) {
+  return {};
+}
+#endif
+
 PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), timeout_(timeout) {
   Communicator::Options options;
   options.timeout = timeout;
-  comm_ = std::make_unique<Communicator>(wrap_c10d_store(store), rank, size, options);
+  store_ = wrap_c10d_store(store);
+  comm_ = std::make_unique<Communicator>(store_, rank, size, options);
   cuda_streams_ = std::make_unique<CudaStreams>();
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+  nccl_ = std::make_unique<Nccl>(store_, rank, size);
+#else
+  nccl_ = std::make_unique<Nccl>();
+#endif
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -116,7 +183,13 @@ void PrideBackend::shutdown() {
     const auto patience = std::min(timeout_, std::chrono::milliseconds(30000));
     c10::intrusive_ptr<c10d::Work> goodbye;
     try {
-      goodbye = run_on_worker("pride:shutdown", {}, [patience](Communicator& comm) { comm.close(patience); });
+      goodbye = run_on_worker("pride:shutdown", {}, [this, patience](Communicator& comm) {
+        comm.close(patience);
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+        // After every rank's goodbye: no peer still reads from these communicators.
+        nccl_->group.close(patience);
+#endif
+      });
       goodbye->wait();
     } catch (const std::exception&) {
       // The group had failed: its connections are closed already, and the failure was reported then.
@@ -172,6 +245,9 @@ void PrideBackend::worker_loop() {
           lock.unlock();
           // Notices out and connections closed first: only then may the in-flight buffers go.
           comm_->abandon(fmt::format("pride rank {}/{}: the process group was aborted", getRank(), getSize()));
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+          nccl_->group.abort();  // kernels waiting for a peer end now
+#endif
           fail_in_flight("the process group was aborted");
           return;
         }

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "backend/communicator.h"
+#include "backend/transport/gpu_transport_choice.h"
 #include "collectives/engine/sign/sign_allreduce.h"
 #include "torch_plugin/host_staging.h"
 #include "torch_plugin/pride_work.h"
@@ -33,6 +34,8 @@
 namespace pride::torch_plugin {
 
 class CudaOrdering;
+class NcclCall;
+class NcclGroup;
 
 class PrideBackend : public c10d::Backend {
  public:
@@ -106,6 +109,13 @@ class PrideBackend : public c10d::Backend {
 #endif
   // Whether this build handles CUDA tensors.
   static bool cuda_supported();
+  // Whether this build has the NCCL transport (nccl_group.h).
+  static bool nccl_supported();
+  // Caller's thread: the transport of this group's CUDA tensors (gpu_transport_choice.h), decided at the
+  // first call from every rank's GPU, the same on every rank. UCX in a build without NCCL.
+  GpuTransport gpu_transport(c10::Device device);
+  // The group's NCCL side once gpu_transport() chose NCCL, else null (and always in builds without it).
+  NcclGroup* nccl();
 
   // Immutable after construction (rank, size, host layout): safe to read from any thread.
   const Communicator& communicator() const { return *comm_; }
@@ -126,6 +136,41 @@ class PrideBackend : public c10d::Backend {
   struct InFlight;
   c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer, int tag);
   c10::intrusive_ptr<c10d::Work> sign_allreduce_cuda(at::Tensor& tensor, SignOptions options);
+
+  // The standard collectives over NCCL (nccl_collectives.cc): null for a call NCCL does not take as is
+  // (CPU tensors, a group on UCX, a build without NCCL, non-contiguous tensors, a dtype or reduce op
+  // NCCL lacks, arguments that do not fit); the staged path then takes it and raises its errors.
+  c10::intrusive_ptr<c10d::Work> nccl_allreduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
+                                                c10d::OpType type, const char* name);
+  c10::intrusive_ptr<c10d::Work> nccl_broadcast(at::Tensor& tensor, int root);
+  c10::intrusive_ptr<c10d::Work> nccl_reduce(at::Tensor& tensor, const c10d::ReduceOp& op, int root);
+  c10::intrusive_ptr<c10d::Work> nccl_allgather(std::vector<at::Tensor>& outputs, at::Tensor& input);
+  c10::intrusive_ptr<c10d::Work> nccl_allgather_base(at::Tensor& output, at::Tensor& input);
+  c10::intrusive_ptr<c10d::Work> nccl_reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs,
+                                                     const c10d::ReduceOp& op);
+  c10::intrusive_ptr<c10d::Work> nccl_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                          const c10d::ReduceOp& op);
+  c10::intrusive_ptr<c10d::Work> nccl_alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                    const std::vector<int64_t>& output_splits,
+                                                    const std::vector<int64_t>& input_splits);
+  c10::intrusive_ptr<c10d::Work> nccl_alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs);
+  c10::intrusive_ptr<c10d::Work> nccl_gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs, int root);
+  c10::intrusive_ptr<c10d::Work> nccl_scatter(std::vector<at::Tensor>& outputs,
+                                              std::vector<std::vector<at::Tensor>>& inputs, int root);
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+  // Whether `tensors` (dense, contiguous, one CUDA device and dtype) go through NCCL in this group.
+  bool nccl_takes(const std::vector<at::Tensor>& tensors);
+  // Queues `body` as the pride collective `collective` over NCCL, ordered like every CUDA operation.
+  c10::intrusive_ptr<c10d::Work> enqueue_nccl(c10d::OpType type, const char* name, const char* collective,
+                                              Fingerprint fp, std::vector<at::Tensor> outputs,
+                                              const std::vector<at::Tensor>& inputs,
+                                              std::function<void(NcclCall&)> body);
+  c10::intrusive_ptr<c10d::Work> nccl_exchange(c10d::OpType type, const char* name, const char* collective,
+                                               Fingerprint fp, std::vector<at::Tensor> outputs,
+                                               std::vector<at::Tensor> inputs, std::vector<at::Tensor> sends,
+                                               std::vector<at::Tensor> recvs, std::function<void()> local_copy);
+#endif
 
   std::unique_ptr<Communicator> comm_;
   mutable std::mutex mutex_;
@@ -150,6 +195,9 @@ class PrideBackend : public c10d::Backend {
   std::thread worker_;
   struct CudaStreams;  // pride's stream per device (cuda_ordering.cc's builds only)
   std::unique_ptr<CudaStreams> cuda_streams_;
+  std::shared_ptr<Store> store_;  // the group's store, as the engine sees it (the NCCL side bootstraps through it)
+  struct Nccl;  // the group's NCCL side (nccl_group.h) in builds with NCCL; empty otherwise
+  std::unique_ptr<Nccl> nccl_;
 };
 
 // The creator torch.distributed.Backend.register_backend calls (store, rank, size, timeout).

@@ -307,3 +307,10 @@ def test_cuda_support_is_compiled_in():
     import pride
 
     assert pride._C.cuda_supported(), "this build of pride was made without CUDA support on a machine with a GPU"
+
+
+def test_nccl_transport_is_compiled_in():
+    """The GPU machine has torch's NCCL wheel: a build there must carry the NCCL transport."""
+    import pride
+
+    assert pride._C.nccl_supported(), "this build of pride was made without the NCCL transport on a machine with a GPU"

@@ -48,3 +48,19 @@ def test_bench_startup_runs_its_jobs():
     assert len(rows) == 1 and rows[0][0] == "3", out
     startup, on, off, ratio = map(float, rows[0][1:])
     assert startup > 0 and on > 0 and off > 0 and abs(ratio - on / off) < 0.01 + 0.01 * ratio, out
+
+
+def test_bench_vs_nccl_imports_and_refuses_a_machine_without_cuda():
+    """Its GPU run is on the GPU machine (scripts/device_bench.sh); here it must load and say why it stops."""
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("a GPU is here: scripts/device_bench.sh runs this benchmark")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_vs_nccl.py"), "--ranks", "2"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "needs a CUDA device" in proc.stderr, proc.stderr
+    help_text = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_vs_nccl.py"), "--help"],
+                               capture_output=True, text=True, timeout=60)
+    assert help_text.returncode == 0 and "NCCL" in help_text.stdout, help_text.stdout

@@ -1,0 +1,60 @@
+#include "torch_plugin/device_vote.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+
+#include "backend/common/settings.h"
+#include "collectives/engine/sign/data_path.h"
+#include "torch_plugin/cuda_plane_ops.h"
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+#include "torch_plugin/nccl_sign_allreduce.h"
+#endif
+
+namespace pride::torch_plugin {
+
+SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
+                        const DeviceVote& where) {
+#ifdef PRIDE_WITH_NCCL_TRANSPORT
+  if (nccl != nullptr) {
+    return nccl_sign_allreduce(comm, *nccl, where.device, where.stream, where.votes, numel, options, dtype_code,
+                               where.planes);
+  }
+#else
+  (void)nccl;
+#endif
+  const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
+  options.algorithm = choose_sign_algorithm(comm, plan, numel, options);  // it decides the data path
+  const DataPath path = choose_data_path(Settings::get().cuda_path, comm.transport().carries(MemoryType::kCuda),
+                                         options.algorithm, comm.rank());
+  if (path == DataPath::kDeviceMemory) {
+    CudaPlaneOps ops(where.device, where.stream, comm.rank());
+    return sign_allreduce_planes(comm, ops, where.votes, numel, options, dtype_code, numel > 0 ? where.planes : nullptr)
+        .plan;
+  }
+  const size_t nwords = bits::words_for(numel);
+  const size_t vote_words = size_t(plan.counters) * nwords, result_words = size_t(plan.result_planes) * nwords;
+  at::Tensor votes_twin, planes_twin;  // released when this returns: every copy below is waited for
+  uint64_t* votes_host = where.votes_host;
+  uint64_t* planes_host = where.planes_host;
+  const auto pinned = at::TensorOptions().dtype(at::kLong).device(at::kCPU).pinned_memory(true);
+  if (votes_host == nullptr) {
+    votes_twin = at::empty({int64_t(std::max<size_t>(vote_words, 1))}, pinned);
+    votes_host = reinterpret_cast<uint64_t*>(votes_twin.data_ptr<int64_t>());
+  }
+  if (planes_host == nullptr) {
+    planes_twin = at::empty({int64_t(std::max<size_t>(result_words, 1))}, pinned);
+    planes_host = reinterpret_cast<uint64_t*>(planes_twin.data_ptr<int64_t>());
+  }
+  if (numel > 0) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, where.votes, vote_words * 8, cudaMemcpyDeviceToHost, where.stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
+  }
+  const SignPlan result = sign_allreduce_planes(comm, votes_host, numel, options, dtype_code, planes_host).plan;
+  if (numel > 0) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(where.planes, planes_host, result_words * 8, cudaMemcpyHostToDevice, where.stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));  // the host twins may go (or be reused) after this
+  }
+  return result;
+}
+
+}  // namespace pride::torch_plugin

@@ -1,0 +1,35 @@
+// The exchange and count of packed votes that live on a GPU, by the transport and data path the
+// group's CUDA tensors take (gpu_transport_choice.h, data_path.h):
+//   - NCCL: nccl_sign_allreduce.h, GPU to GPU;
+//   - UCX from device memory: the direct algorithm on the device planes (cuda_plane_ops.h);
+//   - UCX through pinned host memory: the planes go to host twins, the host engine runs any algorithm.
+// sign_allreduce on CUDA tensors and DistributedLion's vote both come through here.
+// Compiled only where pride is built with CUDA (PRIDE_WITH_CUDA_TENSORS).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "collectives/engine/sign/sign_allreduce.h"
+
+namespace pride::torch_plugin {
+
+class NcclGroup;
+
+struct DeviceVote {
+  c10::Device device;
+  cudaStream_t stream;         // current on the calling thread (CUDAStreamGuard), after the packing
+  const uint64_t* votes;       // device: plan.counters planes of words_for(numel) words
+  uint64_t* planes;            // device: plan.result_planes planes, written
+  uint64_t* votes_host = nullptr;   // pinned twins for host staging; null: allocated when needed
+  uint64_t* planes_host = nullptr;
+};
+
+// `nccl`: the group's NCCL side when NCCL carries its CUDA tensors, else null. `options.algorithm` as
+// the caller asked (kAuto: chosen here). Returns with the result planes written on `where.stream`.
+SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
+                        const DeviceVote& where);
+
+}  // namespace pride::torch_plugin
