@@ -238,8 +238,23 @@ void Collective::wait_external(const std::string& what, const std::function<bool
   for (;;) {
     if (done()) return;
     const std::string failure = error();
-    if (!failure.empty()) fail_with([](const std::string& m) { return PeerError(m); },
-                                    fmt::format("pride {}: {} failed: {}", describe(), what, failure));
+    if (!failure.empty()) {
+      // The other engine often sees a peer's death first ("remote process exited"): name the root cause
+      // where this rank can, an abort notice that is on its way or the peer that is gone.
+      try {
+        comm_.await_abort_notice(describe());
+      } catch (...) {
+        give_up();
+        throw;
+      }
+      std::string blame;
+      for (int peer = 0; peer < comm_.size_ && blame.empty(); ++peer) {
+        const std::string gone = peer == comm_.rank_ ? std::string() : comm_.peer_gone(peer);
+        if (!gone.empty()) blame = fmt::format(" (peer {} failed: {})", peer, gone);
+      }
+      fail_with([](const std::string& m) { return PeerError(m); },
+                fmt::format("pride {}: {} failed: {}{}", describe(), what, failure, blame));
+    }
     const Clock::time_point now = Clock::now();
     if (now > deadline_) {
       fail_with([](const std::string& m) { return TimeoutError(m); },

@@ -16,8 +16,12 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
                         const DeviceVote& where) {
 #ifdef PRIDE_WITH_NCCL_TRANSPORT
   if (nccl != nullptr) {
-    return nccl_sign_allreduce(comm, *nccl, where.device, where.stream, where.votes, numel, options, dtype_code,
-                               where.planes);
+    const SignPlan plan = nccl_sign_allreduce(comm, *nccl, where.device, where.stream, where.votes, numel, options,
+                                              dtype_code, where.planes);
+    // Its last kernels (count, threshold, scatter) are queued on where.stream; the caller may read the
+    // planes on another stream (DistributedLion applies on the caller's), as after the other paths.
+    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
+    return plan;
   }
 #else
   (void)nccl;

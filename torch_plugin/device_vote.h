@@ -28,7 +28,7 @@ struct DeviceVote {
 };
 
 // `nccl`: the group's NCCL side when NCCL carries its CUDA tensors, else null. `options.algorithm` as
-// the caller asked (kAuto: chosen here). Returns with the result planes written on `where.stream`.
+// the caller asked (kAuto: chosen here). Returns once the result planes are written (any stream may read them).
 SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
                         const DeviceVote& where);
 

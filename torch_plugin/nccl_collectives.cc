@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 
@@ -83,8 +84,11 @@ size_t bytes_of(const at::Tensor& t) { return size_t(t.numel()) * t.element_size
 }  // namespace
 
 bool PrideBackend::nccl_takes(const std::vector<at::Tensor>& tensors) {
-  if (!plain_cuda(tensors)) return false;
-  return gpu_transport(tensors[0].device()) == GpuTransport::kNccl;
+  // The transport is decided at the first call with any CUDA tensor, before anything about the call is
+  // judged: the decision is a rendezvous of every rank, and ranks whose calls differ must still meet.
+  auto cuda = std::find_if(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.defined() && t.is_cuda(); });
+  if (cuda == tensors.end() || gpu_transport(cuda->device()) != GpuTransport::kNccl) return false;
+  return plain_cuda(tensors);
 }
 
 intrusive_ptr<Work> PrideBackend::enqueue_nccl(c10d::OpType type, const char* name, const char* collective,

@@ -96,9 +96,20 @@ NcclComm& NcclGroup::comm(Collective& c, c10::Device device) {
                     c.describe(), device.str());
     return *it->second;
   }
+  // One device per rank: communicators on several devices would have to be created, used and closed
+  // in one order on every rank, which nothing here agrees on.
+  if (!comms_.empty()) {
+    c.fail(fmt::format("over NCCL a rank uses one CUDA device; this one uses cuda:{} already, not cuda:{}",
+                       comms_.begin()->first, int(device.index())));
+  }
   // Every rank creates its communicators in the same queue order, so the n-th has the same key everywhere.
   const std::string key = "nccl/comm/" + std::to_string(created_++);
-  auto nccl = std::make_unique<NcclComm>(*store_, key, rank_, size_, device.index());
+  std::unique_ptr<NcclComm> nccl;
+  try {
+    nccl = std::make_unique<NcclComm>(*store_, key, rank_, size_, device.index());
+  } catch (const std::exception& e) {
+    c.fail(e.what());  // the other ranks hear the cause now, not a timeout later
+  }
   NcclComm& created = *nccl;
   comms_.emplace(device.index(), std::move(nccl));
   c.wait_external(
@@ -119,19 +130,31 @@ void NcclCall::run(const char* what, const std::function<void(NcclComm&, cudaStr
   NcclComm& nccl = group_.comm(c_, device_);
   auto give_up = [&nccl] { nccl.abort(); };
   auto failure = [&nccl] { return nccl.async_error(); };
+  bool group_open = false;
   try {
     nccl.check(ncclGroupStart(), "ncclGroupStart");
+    group_open = true;
     calls(nccl, stream_);
+    group_open = false;
     nccl.check(ncclGroupEnd(), what);
   } catch (const std::exception& e) {
     // NCCL refused a call outright (bad arguments, or the communicator failed): the peers may already
-    // wait in their kernels, so the communicator goes and they are told.
+    // wait in their kernels, so the communicator goes and they are told. A group left open would
+    // swallow this thread's next NCCL calls: it is closed first.
+    if (group_open) (void)ncclGroupEnd();
     nccl.abort();
     c_.fail(e.what());
   }
   // Non-blocking: the group may still be being taken in; then the device runs it.
   c_.wait_external(what, [&nccl] { return nccl.ready(); }, failure, give_up);
-  EndEvent end(stream_);
+  std::unique_ptr<EndEvent> end_event;
+  try {
+    end_event = std::make_unique<EndEvent>(stream_);
+  } catch (const std::exception& e) {
+    nccl.abort();
+    c_.fail(e.what());
+  }
+  const EndEvent& end = *end_event;
   std::string cuda_error;
   c_.wait_external(
       what, [&] { return end.reached(&cuda_error); },

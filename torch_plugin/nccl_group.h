@@ -2,7 +2,7 @@
 //   - which transport the group's CUDA tensors take (gpu_transport_choice.h), decided on the caller's
 //     thread at the first CUDA operation, from every rank's GPU as published through the store, so the
 //     same on every rank;
-//   - its NCCL communicator per device, created on the worker at the first NCCL operation there
+//   - its NCCL communicator (one device per rank), created on the worker at the first NCCL operation
 //     (every rank reaches it in the same queue position);
 //   - NcclCall: one NCCL operation inside a pride collective. Its calls go on pride's stream as one
 //     NCCL group, and the worker waits for them on the device while it watches the peers, the abort
@@ -64,7 +64,8 @@ class NcclGroup {
   // Any thread, after transport(): whether NCCL was chosen.
   bool chosen() const;
 
-  // Worker: the communicator of `device`, created (and waited for, as part of `c`) on first use.
+  // Worker: the communicator of `device`, created (and waited for, as part of `c`) on first use. One
+  // device per rank: another device fails the collective.
   NcclComm& comm(Collective& c, c10::Device device);
   // Worker, at the orderly end of the group (after every rank's last operation): finalizes each
   // communicator, aborting those that do not finish within `patience`.

@@ -110,13 +110,15 @@ void NcclComm::close(std::chrono::milliseconds patience) {
   if (comm_ == nullptr) return;
   DeviceScope on_device(device_);
   const ncclResult_t finalizing = ncclCommFinalize(comm_);
+  bool finalized = false;
   if (finalizing == ncclSuccess || finalizing == ncclInProgress) {
     const auto until = std::chrono::steady_clock::now() + patience;
     while (!ready() && async_error().empty() && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    finalized = ready();
   }
-  if (ready()) {
+  if (finalized) {  // destroy after a finalize that failed could finalize again, and block
     ncclCommDestroy(comm_);
     comm_ = nullptr;
     return;
