@@ -45,6 +45,25 @@ def launch(worker, args, report):
     return report(args, result)
 
 
+def time_alternating(cases, timed, reset, warmup, iters, progress=False):
+    """Times every case of `cases` (name -> fn) once per iteration, alternating in one loop so that
+    machine noise hits them all alike: reset() before each, timed(fn) measures it (seconds). Returns
+    name -> the times of the iterations after `warmup`. `progress` prints each iteration to stderr."""
+    import sys
+
+    times = {name: [] for name in cases}
+    for it in range(warmup + iters):
+        if progress:
+            print(f"# iteration {it + 1}/{warmup + iters}{' (warm-up)' if it < warmup else ''}", file=sys.stderr,
+                  flush=True)
+        for name, fn in cases.items():
+            reset()
+            t = timed(fn)
+            if it >= warmup:
+                times[name].append(t)
+    return times
+
+
 def side_by_side_result(ranks, numel, times, sign_stats, **extra):
     """What a side-by-side benchmark's rank 0 writes: medians and minima of each case's times (seconds),
     and the sign-allreduce algorithms that sent bytes with rank 0's total."""

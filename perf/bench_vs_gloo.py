@@ -18,7 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result
+from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result,
+                          time_alternating)
 
 
 def timed(fn, barrier):
@@ -47,13 +48,8 @@ def worker(rank, args, store_path, out_path):
         "pride all_reduce fp32": lambda: dist.all_reduce(work),
         "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
     }
-    times = {name: [] for name in cases}
-    for it in range(args.warmup + args.iters):
-        for name, fn in cases.items():
-            work.copy_(source)
-            t = timed(fn, barrier)
-            if it >= args.warmup:
-                times[name].append(t)
+    times = time_alternating(cases, lambda fn: timed(fn, barrier), lambda: work.copy_(source), args.warmup,
+                             args.iters)
     # results must agree: pride's fp32 sum equals Gloo's up to summation order
     a, b = source.clone(), source.clone()
     dist.all_reduce(a, group=gloo)

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import init_pride_group, launch, print_side_by_side, side_by_side_result
+from bench_common import init_pride_group, launch, print_side_by_side, side_by_side_result, time_alternating
 
 
 def worker(rank, args, store_path, out_path):
@@ -57,16 +57,7 @@ def worker(rank, args, store_path, out_path):
         "pride all_reduce fp32": lambda: dist.all_reduce(work),
         "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
     }
-    times = {name: [] for name in cases}
-    for it in range(args.warmup + args.iters):
-        if rank == 0:
-            print(f"# iteration {it + 1}/{args.warmup + args.iters}{' (warm-up)' if it < args.warmup else ''}",
-                  file=sys.stderr, flush=True)
-        for name, fn in cases.items():
-            work.copy_(source)
-            t = timed(fn)
-            if it >= args.warmup:
-                times[name].append(t)
+    times = time_alternating(cases, timed, lambda: work.copy_(source), args.warmup, args.iters, progress=rank == 0)
     # The fp32 sums agree up to summation order; the sign result equals the sign of NCCL's sum of votes.
     a, b = source.clone(), source.clone()
     dist.all_reduce(a, group=nccl)

@@ -6,6 +6,7 @@
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/direct_segment.h"
 #include "collectives/engine/sign/data_path.h"
 #include "torch_plugin/cuda_plane_ops.h"
 #include "torch_plugin/nccl_group.h"
@@ -22,16 +23,8 @@ void direct(NcclCall& call, CudaPlaneOps& ops, const SignPlan& plan, const uint6
   Collective& c = call.collective();
   const int n = c.size(), r = c.rank(), C = plan.counters, R = plan.result_planes;
   const Range mine = chunk(W, n, r);
-  // Chunk-major staging (chunk j: C planes at C * begin_j): one message per owner, as the UCX direct.
-  const uint64_t* shards = votes;
-  if (C > 1) {
-    uint64_t* staged = ops.scratch(SignScratch::kDirectShards, size_t(C) * W, 0);
-    for (int j = 0; j < n; ++j) {
-      const Range ch = chunk(W, n, j);
-      ops.gather(votes, W, C, ch, staged + size_t(C) * ch.begin);
-    }
-    shards = staged;
-  }
+  // Chunk-major staging: one message per owner, as the UCX direct.
+  const uint64_t* shards = stage_direct_shards(ops, votes, W, C, W, n, 0);
   const size_t shard_words = size_t(C) * mine.size;
   uint64_t* inbox = ops.scratch(SignScratch::kDirectInbox, size_t(n) * shard_words, 0);
   call.run("the shard exchange (ncclSend/ncclRecv)", [&](NcclComm& nccl, cudaStream_t stream) {
@@ -52,15 +45,7 @@ void direct(NcclCall& call, CudaPlaneOps& ops, const SignPlan& plan, const uint6
 
   // The owner counts its chunk (positional popcount over the N ballots, per counter) and decides it.
   const int count_planes = bits::planes_for(n);
-  uint64_t* counts = ops.scratch(SignScratch::kDirectCounts, size_t(C * count_planes) * mine.size, 0);
-  std::vector<const uint64_t*> ballots(static_cast<size_t>(n));
-  for (int k = 0; k < C; ++k) {
-    for (int j = 0; j < n; ++j) {
-      ballots[size_t(j)] = j == r ? shards + size_t(C) * mine.begin + size_t(k) * mine.size
-                                  : inbox + size_t(j) * shard_words + size_t(k) * mine.size;
-    }
-    ops.count(ballots.data(), n, mine.size, counts + size_t(k * count_planes) * mine.size, count_planes);
-  }
+  const uint64_t* counts = count_direct_chunk(ops, shards, inbox, C, W, n, r, 0);
   // One result plane is its own chunk-major layout: the owners' chunks go straight into `planes`.
   uint64_t* results = R == 1 ? planes : ops.scratch(SignScratch::kDirectResults, size_t(R) * W, 0);
   ops.finalize(plan, counts, count_planes, mine.size, results + size_t(R) * mine.begin, mine.size);

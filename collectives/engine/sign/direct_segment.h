@@ -12,6 +12,20 @@ namespace pride {
 
 class PlaneOps;
 
+// The direct algorithm's layout, shared by every transport that runs it (UCX below, NCCL in
+// torch_plugin/nccl_sign_allreduce.cc). Rank j owns word chunk j (patterns::chunk) of the W words.
+//
+// This rank's votes (`counters` planes, `vote_stride` words apart) chunk-major: chunk j's `counters`
+// planes at word counters * begin_j, so that each owner's shard is one contiguous message. A single
+// plane already is, and is returned as it is.
+const uint64_t* stage_direct_shards(PlaneOps& ops, const uint64_t* votes, size_t vote_stride, int counters, size_t W,
+                                    int n, uint32_t instance);
+// The owner's count of its chunk over the N ballots: its own shard (in `shards`, as staged above) and
+// rank j's at inbox + j * counters * chunk size. Returns counters × planes_for(n) planes of chunk-size
+// words, counter-major, as PlaneOps::finalize takes them.
+uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64_t* inbox, int counters, size_t W,
+                             int n, int rank, uint32_t instance);
+
 class DirectSegment {
  public:
   // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.

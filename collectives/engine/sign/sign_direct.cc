@@ -10,6 +10,34 @@ namespace pride {
 using patterns::chunk;
 using patterns::Range;
 
+const uint64_t* stage_direct_shards(PlaneOps& ops, const uint64_t* votes, size_t vote_stride, int counters, size_t W,
+                                    int n, uint32_t instance) {
+  if (counters == 1) return votes;
+  uint64_t* staged = ops.scratch(SignScratch::kDirectShards, size_t(counters) * W, instance);
+  for (int j = 0; j < n; ++j) {
+    const Range ch = chunk(W, n, j);
+    ops.gather(votes, vote_stride, counters, ch, staged + size_t(counters) * ch.begin);
+  }
+  return staged;
+}
+
+uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64_t* inbox, int counters, size_t W,
+                             int n, int rank, uint32_t instance) {
+  const Range mine = chunk(W, n, rank);
+  const size_t shard_words = size_t(counters) * mine.size;
+  const int planes = bits::planes_for(n);
+  uint64_t* counts = ops.scratch(SignScratch::kDirectCounts, size_t(counters * planes) * mine.size, instance);
+  std::vector<const uint64_t*> ballots(static_cast<size_t>(n));
+  for (int k = 0; k < counters; ++k) {
+    for (int j = 0; j < n; ++j) {
+      ballots[size_t(j)] = j == rank ? shards + size_t(counters) * mine.begin + size_t(k) * mine.size
+                                     : inbox + size_t(j) * shard_words + size_t(k) * mine.size;
+    }
+    ops.count(ballots.data(), n, mine.size, counts + size_t(k * planes) * mine.size, planes);
+  }
+  return counts;
+}
+
 DirectSegment::DirectSegment(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg,
                              uint32_t instance)
     : c_(c), ops_(ops), plan_(plan), seg_(seg), instance_(instance) {}
@@ -19,19 +47,8 @@ void DirectSegment::post_shards() {
   const size_t W = seg_.nwords;
   const Range mine = chunk(W, n, r);
   const MemoryType memory = ops_.memory();
-  // Rank j owns chunk j; everyone sends it their votes on that chunk. Ternary votes are staged
-  // chunk-major (chunk j: `counters` planes at word counters * begin_j) so each shard is one
-  // contiguous message; a single binary plane already is.
-  if (counters == 1) {
-    shards_ = seg_.votes;
-  } else {
-    uint64_t* staged = ops_.scratch(SignScratch::kDirectShards, size_t(counters) * W, instance_);
-    for (int j = 0; j < n; ++j) {
-      const Range ch = chunk(W, n, j);
-      ops_.gather(seg_.votes, seg_.vote_stride, counters, ch, staged + size_t(counters) * ch.begin);
-    }
-    shards_ = staged;
-  }
+  // Rank j owns chunk j; everyone sends it their votes on that chunk.
+  shards_ = stage_direct_shards(ops_, seg_.votes, seg_.vote_stride, counters, W, n, instance_);
   const size_t shard_words = size_t(counters) * mine.size;
   inbox_ = ops_.scratch(SignScratch::kDirectInbox, size_t(n) * shard_words, instance_);
   ops_.settle();  // the shards are written, and the last reader of this instance's inbox is done
@@ -53,21 +70,12 @@ void DirectSegment::vote_and_post_results() {
   const int n = c_.size(), r = c_.rank(), counters = plan_.counters, R = plan_.result_planes;
   const size_t W = seg_.nwords;
   const Range mine = chunk(W, n, r);
-  const size_t shard_words = size_t(counters) * mine.size;
   c_.wait_all(requests_);
   requests_.clear();
 
   // Count the N planes of my chunk at once (positional popcount), per counter.
   const int planes = bits::planes_for(n);
-  uint64_t* counts = ops_.scratch(SignScratch::kDirectCounts, size_t(counters * planes) * mine.size, instance_);
-  std::vector<const uint64_t*> ballots(static_cast<size_t>(n));
-  for (int k = 0; k < counters; ++k) {
-    for (int j = 0; j < n; ++j) {
-      ballots[size_t(j)] = j == r ? shards_ + size_t(counters) * mine.begin + size_t(k) * mine.size
-                                  : inbox_ + size_t(j) * shard_words + size_t(k) * mine.size;
-    }
-    ops_.count(ballots.data(), n, mine.size, counts + size_t(k * planes) * mine.size, planes);
-  }
+  const uint64_t* counts = count_direct_chunk(ops_, shards_, inbox_, counters, W, n, r, instance_);
 
   // Every owner sends its result chunk to everyone (chunk-major again).
   results_ = ops_.scratch(SignScratch::kDirectResults, size_t(R) * W, instance_);
