@@ -212,6 +212,8 @@ void Collective::wait(RequestPtr& request) {
   check_request(*request);
 }
 
+void Collective::poll() { comm_.progress_or_throw(describe()); }
+
 void Collective::wait_all(std::vector<RequestPtr>& requests) {
   for (auto& r : requests) wait(r);
 }

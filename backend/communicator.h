@@ -87,6 +87,10 @@ class Collective {
   void wait_all(std::vector<RequestPtr>& requests);
   // Blocking exchange with two peers (the ring step): send to `to`, receive from `from`.
   void sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes, uint32_t slot);
+  // One round of the transport's progress, without waiting: for long CPU work between waits, so that
+  // messages already posted keep moving (TCP sockets drained, rendezvous answered). Throws, as wait()
+  // does, on an abort notice.
+  void poll();
 
   // Work that another engine does for this collective (NCCL on a GPU stream): waits until `done()`,
   // watching what wait() watches (abort notices, every peer's liveness, the deadline) and `error()`,

@@ -55,6 +55,14 @@ void CudaPlaneOps::finalize(const SignPlan& plan, const uint64_t* counts, int pl
   finalize_on_device(plan, counts, planes, nwords, result, result_stride, stream_);
 }
 
+void CudaPlaneOps::encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) {
+  check_launch(bits::cuda::encode_trits(planes, planes + stride, nwords, out, stream_), "encode_trits");
+}
+
+void CudaPlaneOps::decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) {
+  check_launch(bits::cuda::decode_trits(in, nwords, planes, planes + stride, stream_), "decode_trits");
+}
+
 void CudaPlaneOps::settle() { C10_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void finalize_on_device(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,

@@ -30,6 +30,8 @@ class CudaPlaneOps final : public PlaneOps {
              int counter_planes) override;
   void finalize(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
                 size_t result_stride) override;
+  void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) override;
+  void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override;
   void settle() override;
 
  private:

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "backend/common/error.h"
 
@@ -42,6 +43,9 @@ Settings read_settings() {
   if (const char* v = env("PRIDE_CUDA_PATH")) s.cuda_path = v;
   PRIDE_CHECK_ARG(s.cuda_path == "auto" || s.cuda_path == "device" || s.cuda_path == "host",
                   "PRIDE_CUDA_PATH='{}' is not one of auto, device, host", s.cuda_path);
+  if (const char* v = env("PRIDE_RESULT_CODING")) s.result_coding = v;
+  PRIDE_CHECK_ARG(s.result_coding == "auto" || s.result_coding == "planes" || s.result_coding == "trits",
+                  "PRIDE_RESULT_CODING='{}' is not one of auto, planes, trits", s.result_coding);
   if (const char* v = env("PRIDE_CUDA_TRANSPORT")) s.cuda_transport = v;
   PRIDE_CHECK_ARG(s.cuda_transport == "auto" || s.cuda_transport == "nccl" || s.cuda_transport == "ucx",
                   "PRIDE_CUDA_TRANSPORT='{}' is not one of auto, nccl, ucx", s.cuda_transport);
@@ -60,9 +64,10 @@ const Settings& Settings::get() {
 }
 
 void Settings::reload() {
+  Settings fresh = read_settings();  // may throw: the settings in use stay as they were
   std::lock_guard<std::mutex> lock(g_mutex);
   delete g_settings;
-  g_settings = new Settings(read_settings());
+  g_settings = new Settings(std::move(fresh));
 }
 
 }  // namespace pride

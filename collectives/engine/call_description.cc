@@ -52,10 +52,11 @@ std::string describe_standard(const Fingerprint& f) {
 
 std::string describe_sign(const Fingerprint& f) {
   // detail: mode | votes << 8 | algorithm << 16 | segment words << 24 (sign_allreduce.cc).
-  return fmt::format("sign_allreduce {} {} {} numel {} ({}, segments of {} words)",
-                     sign_enum(f.detail & 0xff, SignMode::kMean), sign_enum((f.detail >> 8) & 0xff, VoteKind::kTernary),
-                     sign_input(f.dtype), f.numel, sign_enum((f.detail >> 16) & 0xff, SignAlgorithm::kAllgather),
-                     f.detail >> 24);
+  const uint64_t detail = f.detail & ~kFingerprintTritResults;
+  return fmt::format("sign_allreduce {} {} {} numel {} ({}, segments of {} words{})",
+                     sign_enum(detail & 0xff, SignMode::kMean), sign_enum((detail >> 8) & 0xff, VoteKind::kTernary),
+                     sign_input(f.dtype), f.numel, sign_enum((detail >> 16) & 0xff, SignAlgorithm::kAllgather),
+                     detail >> 24, f.detail & kFingerprintTritResults ? ", results as trits" : "");
 }
 
 }  // namespace

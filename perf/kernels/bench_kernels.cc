@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/trits.h"
 
 namespace {
 
@@ -57,6 +58,7 @@ struct Buffers {
   std::vector<uint64_t> votes;    // 8 vote planes
   std::vector<uint64_t> counter;  // 4 planes
   std::vector<uint64_t> counter2, pos, neg, tie;
+  std::vector<uint8_t> trits;
 
   explicit Buffers(size_t elements)
       : n(elements),
@@ -71,7 +73,8 @@ struct Buffers {
         counter2(4 * nwords),
         pos(nwords),
         neg(nwords),
-        tie(nwords) {
+        tie(nwords),
+        trits(pride::bits::trits::bytes_for_words(nwords)) {
     std::mt19937_64 gen(1);
     std::normal_distribution<float> normal;
     for (size_t i = 0; i < n; ++i) {
@@ -118,6 +121,10 @@ std::vector<Kernel> kernels(Buffers& b) {
        [&b, nw] { vote_from_count(b.counter2.data(), 4, nw, 8, b.pos.data(), b.tie.data()); }},
       {"vote_from_counts P=4", 0, Target::kRate,
        [&b, nw] { vote_from_counts(b.counter2.data(), b.counter.data(), 4, nw, b.pos.data(), b.tie.data()); }},
+      // A tied vote's result as trits (trits.h): what the direct algorithm's owner encodes and every
+      // rank decodes when PRIDE_RESULT_CODING picks them. pos and tie as finalize leaves them.
+      {"encode_trits", 0, Target::kRate, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
+      {"decode_trits", 0, Target::kRate, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
   };
 }
 

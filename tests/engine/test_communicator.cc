@@ -10,6 +10,8 @@
 #include "backend/common/settings.h"
 #include "backend/transport/gpu_transport_choice.h"
 #include "collectives/engine/call_description.h"
+#include "collectives/engine/sign/sign_types.h"
+#include "collectives/bits/kernels.h"
 #include "collectives/engine/standard/common.h"
 #include "tests/engine/rank_threads.h"
 
@@ -205,6 +207,20 @@ TEST(GpuTransportChoice, NcclWhereBuiltAndEveryRankHasItsOwnGpu) {
                                         uint64_t(ReduceOp::kSum) | kFingerprintOverNccl);
   f.sequence = 3;
   EXPECT_EQ(describe_call(f), "allreduce SUM float32 numel 100 over NCCL (#3)");
+
+  // A sign-allreduce whose results travel as trits says so (and keeps its segment size readable).
+  Fingerprint sign;
+  sign.op = kSignAllreduceOp;
+  sign.dtype = uint32_t(bits::DType::kFloat32);
+  sign.numel = 1000;
+  sign.detail = uint64_t(SignMode::kVote) | uint64_t(VoteKind::kBinary) << 8 | uint64_t(SignAlgorithm::kDirect) << 16 |
+                uint64_t(131072) << 24;
+  sign.sequence = 4;
+  const std::string planes = describe_call(sign);
+  sign.detail |= kFingerprintTritResults;
+  const std::string trits = describe_call(sign);
+  EXPECT_EQ(planes.find("trits"), std::string::npos) << planes;
+  EXPECT_NE(trits.find("segments of 131072 words, results as trits"), std::string::npos) << trits;
 }
 
 TEST(Communicator, PointToPointMatchesTags) {

@@ -155,6 +155,98 @@ TEST(SignAllreduce, ManySegmentsEveryAlgorithm) {
   Settings::reload();
 }
 
+// Trits (PRIDE_RESULT_CODING=trits): the direct algorithm's result chunks travel five elements to a
+// byte. The values are still the oracle's, for every N, vote kind, segment count and odd size; mean
+// mode and odd-N binary votes, which have no tie plane, run as before under the same setting.
+TEST(SignAllreduce, TritResultsMatchInt32Oracle) {
+  setenv("PRIDE_RESULT_CODING", "trits", 1);
+  for (const char* segment_bytes : {"1048576", "512"}) {
+    setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
+    Settings::reload();
+    for (int N : {2, 3, 4, 5, 6}) {
+      testing::run_ranks(N, [](Communicator& comm) {
+        uint64_t salt = 7000;
+        for (auto mode : {SignMode::kVote, SignMode::kMean}) {
+          for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+            for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 5 + 3), size_t(64 * 64 * 5 + 33)}) {
+              check_case(comm, {SignAlgorithm::kDirect, mode, kind, DType::kFloat32, n}, salt++);
+            }
+          }
+        }
+        check_case(comm, {SignAlgorithm::kDirect, SignMode::kVote, VoteKind::kBinary, DType::kBFloat16, 70001}, salt);
+      });
+    }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  Settings::reload();
+}
+
+// What trits save on the wire, measured: each rank's bytes against wire_bits_per_element with the
+// plan the call used (1.6 result bits where a tie plane would have cost 2), and below the planes'.
+TEST(SignAllreduce, TritResultsCostWhatTheFormulaSays) {
+  setenv("PRIDE_RESULT_CODING", "trits", 1);
+  Settings::reload();
+  const size_t n = size_t(1) << 20;
+  for (int N : {2, 3, 4, 5}) {
+    for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+      std::vector<uint64_t> sent(static_cast<size_t>(N));
+      testing::run_ranks(N, [&](Communicator& comm) {
+        std::vector<float> x(n, comm.rank() % 2 ? 1.0f : -1.0f);
+        comm.reset_traffic();
+        sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kVote, kind, SignAlgorithm::kDirect});
+        sent[size_t(comm.rank())] = comm.traffic().at("direct").bytes_sent;
+      });
+      SignPlan plan = SignPlan::make(N, SignMode::kVote, kind);
+      const double planes_formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
+      plan.trit_results = plan.has_tie_plane();
+      const double formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
+      for (int r = 0; r < N; ++r) {
+        const double measured = double(sent[size_t(r)]) * 8 / double(n);
+        EXPECT_NEAR(measured, formula, 0.01 * formula) << "N=" << N << " " << name(kind) << " rank " << r;
+        if (plan.has_tie_plane()) {
+          EXPECT_LT(measured, 0.95 * planes_formula) << "N=" << N << " " << name(kind) << " rank " << r;
+        }
+      }
+    }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
+  Settings::reload();
+}
+
+// When trits are chosen: forced by the setting, or by the cost model where the wire they save takes
+// longer than coding them; never without a tie plane or on another algorithm. A bad setting is refused.
+TEST(SignAllreduce, TritResultsChosenWhereTheySaveTime) {
+  const SignPlan even = SignPlan::make(4, SignMode::kVote, VoteKind::kBinary);
+  const SignPlan odd = SignPlan::make(3, SignMode::kVote, VoteKind::kBinary);
+  const SignPlan ternary = SignPlan::make(3, SignMode::kVote, VoteKind::kTernary);
+  const SignPlan mean = SignPlan::make(4, SignMode::kMean, VoteKind::kBinary);
+  const size_t n = size_t(1) << 24;
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "0.2", 1);  // slow links: the saved wire wins
+  Settings::reload();
+  EXPECT_TRUE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
+  EXPECT_TRUE(select_trit_results(ternary, SignAlgorithm::kDirect, n, 3));
+  EXPECT_FALSE(select_trit_results(odd, SignAlgorithm::kDirect, n, 3));
+  EXPECT_FALSE(select_trit_results(mean, SignAlgorithm::kDirect, n, 4));
+  EXPECT_FALSE(select_trit_results(even, SignAlgorithm::kRing, n, 4));
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
+  Settings::reload();
+  EXPECT_FALSE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
+  setenv("PRIDE_RESULT_CODING", "trits", 1);
+  Settings::reload();
+  EXPECT_TRUE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
+  EXPECT_FALSE(select_trit_results(odd, SignAlgorithm::kDirect, n, 3));
+  setenv("PRIDE_RESULT_CODING", "planes", 1);
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "0.2", 1);
+  Settings::reload();
+  EXPECT_FALSE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
+  setenv("PRIDE_RESULT_CODING", "bytes", 1);
+  EXPECT_THROW(Settings::reload(), InvalidArgument);
+  unsetenv("PRIDE_RESULT_CODING");
+  unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
+  Settings::reload();
+}
+
 // The direct algorithm over planes that a PlaneOps keeps elsewhere (the GPU path, plane_ops.h), with a
 // PlaneOps that behaves as a GPU stream does: its work runs only when settle() is called, and its fresh
 // buffers hold garbage. A direct algorithm that sent a buffer, or reused one, before settling would get
@@ -182,6 +274,12 @@ class DeferredPlaneOps final : public PlaneOps {
                 size_t result_stride) override {
     queue_.push_back([=] { plan.finalize(counts, planes, nwords, result, result_stride); });
   }
+  void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) override {
+    queue_.push_back([=] { bits::encode_trits(planes, planes + stride, nwords, out); });
+  }
+  void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override {
+    queue_.push_back([=] { bits::decode_trits(in, nwords, planes, planes + stride); });
+  }
   void settle() override {
     deferred_ += queue_.size();
     for (auto& work : queue_) work();
@@ -196,8 +294,10 @@ class DeferredPlaneOps final : public PlaneOps {
 };
 
 TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
+  for (const char* coding : {"planes", "trits"}) {  // the result chunks as planes, and as trits
   for (const char* segment_bytes : {"1048576", "512"}) {  // one segment, and the pipelined many
     setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
+    setenv("PRIDE_RESULT_CODING", coding, 1);
     Settings::reload();
     for (int N : {1, 2, 3, 5}) {
       testing::run_ranks(N, [&](Communicator& comm) {
@@ -227,7 +327,7 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
               for (size_t i = 0; i < n; ++i) {
                 ASSERT_EQ(std::memcmp(y.data() + 4 * i, want.data() + 4 * i, 4), 0)
                     << "N=" << N << " rank " << comm.rank() << " " << name(mode) << " " << name(kind) << " n=" << n
-                    << " segment bytes " << segment_bytes << " element " << i << ": sum " << sum[i];
+                    << " segment bytes " << segment_bytes << " " << coding << " element " << i << ": sum " << sum[i];
               }
               ++salt;
             }
@@ -236,6 +336,8 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
       });
     }
   }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
   unsetenv("PRIDE_SEGMENT_BYTES");
   Settings::reload();
 }

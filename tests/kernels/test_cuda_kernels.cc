@@ -14,6 +14,7 @@
 
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
+#include "collectives/bits/trits.h"
 #include "tests/kernels/oracle.h"
 
 namespace pride::bits::test {
@@ -225,6 +226,25 @@ TEST(CudaCounters, CountPlanesMatchesTheCpu) {
       finish(cuda::count_planes(dev_ptrs.data(), nplanes, W, dcounter.words(), counter_planes, nullptr));
       EXPECT_EQ(dcounter.read<uint64_t>(want.size()), want) << "N=" << nplanes << " n=" << n;
     }
+  }
+}
+
+TEST(CudaTrits, EncodeAndDecodeMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (size_t nwords : {size_t(1), size_t(4), size_t(5), size_t(7), size_t(1093)}) {
+    const size_t n = nwords * 64;
+    std::vector<uint64_t> pos = random_plane(n, 0.4), tie = random_plane(n, 0.3);
+    for (size_t w = 0; w < nwords; ++w) tie[w] &= ~pos[w];  // as finalize writes them
+    const size_t nbytes = trits::bytes_for_words(nwords);
+    std::vector<uint8_t> want(nbytes);
+    encode_trits(pos.data(), tie.data(), nwords, want.data());
+    DeviceBuffer dpos(pos), dtie(tie), dbytes(nullptr, nbytes, 1);  // odd byte offset: no alignment assumed
+    finish(cuda::encode_trits(dpos.words(), dtie.words(), nwords, static_cast<uint8_t*>(dbytes.get()), nullptr));
+    EXPECT_EQ(dbytes.read<uint8_t>(nbytes), want) << "encode, nwords " << nwords;
+    DeviceBuffer dpos2(nullptr, nwords * 8), dtie2(nullptr, nwords * 8);  // poisoned
+    finish(cuda::decode_trits(static_cast<const uint8_t*>(dbytes.get()), nwords, dpos2.words(), dtie2.words(), nullptr));
+    EXPECT_EQ(dpos2.read<uint64_t>(nwords), pos) << "decode pos, nwords " << nwords;
+    EXPECT_EQ(dtie2.read<uint64_t>(nwords), tie) << "decode tie, nwords " << nwords;
   }
 }
 

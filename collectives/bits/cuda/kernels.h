@@ -46,6 +46,10 @@ cudaError_t unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void
 cudaError_t unpack_mean(const uint64_t* count, int planes, size_t n, int scale, int64_t offset, int64_t nranks,
                         void* y, DType dtype, cudaStream_t stream);
 
+// ---- Vote results as trits, five to a byte (trit_coding.h; as bits/trits.h) ------------------------
+cudaError_t encode_trits(const uint64_t* pos, const uint64_t* tie, size_t nwords, uint8_t* out, cudaStream_t stream);
+cudaError_t decode_trits(const uint8_t* in, size_t nwords, uint64_t* pos, uint64_t* tie, cudaStream_t stream);
+
 // ---- Fused apply of the update (Distributed Lion), as kernels.h ----------------------------------
 cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr,
                        double wd, cudaStream_t stream);

@@ -26,6 +26,9 @@ const uint64_t* stage_direct_shards(PlaneOps& ops, const uint64_t* votes, size_t
 uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64_t* inbox, int counters, size_t W,
                              int n, int rank, uint32_t instance);
 
+// Where owner j's result chunk starts in the direct algorithm's trit buffer (chunk-major bytes).
+size_t direct_trit_offset(size_t W, int n, int j);
+
 class DirectSegment {
  public:
   // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.
@@ -48,6 +51,7 @@ class DirectSegment {
   const uint64_t* shards_ = nullptr;  // this rank's votes, chunk-major (chunk j: `counters` planes)
   uint64_t* inbox_ = nullptr;    // peers' votes on my chunk
   uint64_t* results_ = nullptr;  // result chunks, chunk-major
+  uint8_t* trits_ = nullptr;     // the same as trits (plan.trit_results), chunk-major bytes
   std::vector<RequestPtr> requests_;
 };
 

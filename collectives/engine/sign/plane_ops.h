@@ -16,6 +16,7 @@
 
 #include "backend/transport/transport.h"
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/trits.h"
 #include "collectives/engine/patterns/chunks.h"
 #include "collectives/engine/sign/plane_copy.h"
 #include "collectives/engine/sign/sign_plan.h"
@@ -40,6 +41,10 @@ class PlaneOps {
   // As SignPlan::finalize.
   virtual void finalize(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
                         size_t result_stride) = 0;
+  // As bits::encode_trits / decode_trits (trit_coding.h): a vote result that can tie (pos and tie
+  // planes, `stride` words apart, nwords words each) as trits five to a byte, and back.
+  virtual void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) = 0;
+  virtual void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) = 0;
   // Returns when the work queued so far is done.
   virtual void settle() = 0;
 };
@@ -65,6 +70,12 @@ class HostPlaneOps final : public PlaneOps {
   void finalize(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
                 size_t result_stride) override {
     plan.finalize(counts, planes, nwords, result, result_stride);
+  }
+  void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) override {
+    bits::encode_trits(planes, planes + stride, nwords, out);
+  }
+  void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override {
+    bits::decode_trits(in, nwords, planes, planes + stride);
   }
   void settle() override {}
 

@@ -32,7 +32,7 @@ double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan) {
       return reduce + R * (n - 1) / n;
     }
     case SignAlgorithm::kDirect:
-      return (C + R) * (n - 1) / n;
+      return (C + plan.result_wire_bits()) * (n - 1) / n;
     case SignAlgorithm::kAllgather:
       return C * (n - 1);
     case SignAlgorithm::kTree:  // averaged over ranks: each non-root sends its subtree count up once
@@ -68,6 +68,18 @@ double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, 
       break;
   }
   return std::numeric_limits<double>::infinity();
+}
+
+bool select_trit_results(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
+                         double ranks_per_core) {
+  const std::string& setting = Settings::get().result_coding;
+  if (algorithm != SignAlgorithm::kDirect || !plan.has_tie_plane() || plan.nranks == 1) return false;
+  if (setting != "auto") return setting == "trits";
+  const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
+  const double n = plan.nranks;
+  const double saved_us = double(numel) * (plan.result_planes - 8.0 / 5.0) / 8 * (n - 1) / n / link.bytes_per_us;
+  const double coding_us = double(numel) * kTritCodingNsPerElement * ranks_per_core / 1000;
+  return saved_us > coding_us;
 }
 
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core) {

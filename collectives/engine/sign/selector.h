@@ -24,6 +24,16 @@ struct LinkModel {
 double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link);
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core = 1.0);
 
+// Whether the direct algorithm's result chunks travel as trits (sign_plan.h): PRIDE_RESULT_CODING=
+// planes|trits forces it; auto weighs the wire they save, (result_planes − 1.6) bits per element of
+// the all-gather, against the CPU time of encoding this rank's chunk and decoding everyone's:
+// kTritCodingNsPerElement per element of the tensor (bench_kernels on the development host: encode
+// and decode ~3.4 G elements/s each), times ranks_per_core where ranks share cores. Only a vote with
+// a tie plane, on the direct algorithm, can take trits.
+constexpr double kTritCodingNsPerElement = 0.3;
+bool select_trit_results(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
+                         double ranks_per_core = 1.0);
+
 // Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode).
 double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 
 #include "backend/common/error.h"
@@ -18,6 +19,10 @@
 namespace pride {
 namespace {
 
+
+// Words a pipelined kernel handles per thread between two rounds of transport progress (256 Ki
+// elements: ~0.1 ms of packing fp32, while 1 Gbit/s moves ~12 KiB).
+constexpr size_t kPollWords = bits::kMinWordsPerThread;
 
 using AlgorithmFn = void (*)(Collective&, const SignPlan&, const SignSegment&);
 
@@ -68,11 +73,44 @@ void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uin
   }
 }
 
+// Ring, tree and all-gather over several segments: while this thread runs segment s's algorithm (its
+// messages and counting), a second thread packs segment s+1 and unpacks segment s−1. Those kernels
+// read and write the tensor, the memory-bound part of the call; the algorithms are a sequence of
+// blocking exchanges, so the kernels could not be interleaved with them on one thread the way the
+// direct algorithm's are. Segments touch disjoint words of the votes, the result planes and the
+// tensor, and the algorithms' scratch is not the kernels', so the two threads share no data; the
+// result is the same bits. Only this thread progresses the transport.
+void run_overlapped(Collective& c, SignResult& result, const uint64_t* votes, const std::vector<SegmentRange>& segs,
+                    const SegmentHooks& hooks) {
+  AlgorithmFn run = algorithm_fn(result.algorithm);
+  auto pack = [&](size_t i) {
+    if (hooks.pack && i < segs.size()) hooks.pack(segs[i].first_word, segs[i].nwords);
+  };
+  auto unpack = [&](size_t i) {
+    if (hooks.unpack) hooks.unpack(result, segs[i].first_word, segs[i].nwords);
+  };
+  pack(0);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    // std::async's future joins in its destructor: if the algorithm throws, the kernels finish before
+    // the buffers they use unwind.
+    std::future<void> beside = std::async(std::launch::async, [&, i] {
+      pack(i + 1);
+      if (i > 0) unpack(i - 1);
+    });
+    const SegmentRange& s = segs[i];
+    run(c, result.plan,
+        SignSegment{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords, s.nwords,
+                    s.slot_base});
+    beside.get();
+  }
+  unpack(segs.size() - 1);
+}
+
 // The direct algorithm as a three-stage software pipeline: while segment s's shards are on the wire
 // the thread packs segment s+1, and while s's results are on the wire it unpacks segment s−1 and
 // posts s+1's shards. Packing, sending and counting overlap; the result is the same bits.
 void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, const uint64_t* votes,
-                          const std::vector<SegmentRange>& segs, const SegmentHooks& hooks) {
+                          const std::vector<SegmentRange>& segs, const SegmentHooks& hooks, int threads) {
   auto segment = [&](size_t i) {
     const SegmentRange& s = segs[i];
     return std::make_unique<DirectSegment>(
@@ -81,11 +119,22 @@ void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, cons
                     s.nwords, s.slot_base},
         uint32_t(i % 2));
   };
+  // The kernels run in pieces with a round of progress between them: the thread is the only one
+  // that progresses the transport, and a message posted before a long kernel would otherwise wait for
+  // it (a full socket buffer, a rendezvous nobody answers), which is no overlap at all.
+  const size_t piece = kPollWords * size_t(std::max(threads, 1));  // each kernel thread gets kPollWords
+  auto in_pieces = [&](size_t i, const std::function<void(size_t, size_t)>& kernel) {
+    const size_t end = segs[i].first_word + segs[i].nwords;
+    for (size_t w = segs[i].first_word; w < end; w += piece) {
+      kernel(w, std::min(piece, end - w));
+      c.poll();
+    }
+  };
   auto pack = [&](size_t i) {
-    if (hooks.pack) hooks.pack(segs[i].first_word, segs[i].nwords);
+    if (hooks.pack) in_pieces(i, hooks.pack);
   };
   auto unpack = [&](size_t i) {
-    if (hooks.unpack) hooks.unpack(result, segs[i].first_word, segs[i].nwords);
+    if (hooks.unpack) in_pieces(i, [&](size_t first, size_t n) { hooks.unpack(result, first, n); });
   };
   pack(0);
   std::unique_ptr<DirectSegment> current = segment(0), next;
@@ -117,6 +166,8 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   result.numel = numel;
   result.nwords = bits::words_for(numel);
   result.algorithm = choose_sign_algorithm(comm, result.plan, numel, options);
+  result.plan.trit_results =
+      select_trit_results(result.plan, result.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
   PRIDE_CHECK_ARG(ops == nullptr || result.algorithm == SignAlgorithm::kDirect,
                   "rank {}: sign_allreduce over a PlaneOps (device memory) runs the direct algorithm only, not {}",
                   comm.rank(), name(result.algorithm));
@@ -138,7 +189,7 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
   const size_t segment_words = std::max<size_t>(1, Settings::get().segment_bytes / 8);
   fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(result.algorithm) << 16 |
-              uint64_t(segment_words) << 24;
+              uint64_t(segment_words) << 24 | (result.plan.trit_results ? kFingerprintTritResults : 0);
   Collective c = comm.begin("sign_allreduce", name(result.algorithm), fp);
 
   const uint32_t slots = sign_slots_per_segment(comm.size());
@@ -150,7 +201,9 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   }
   if (segs.empty()) return result;
   if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
-    run_direct_pipelined(c, *ops, result, votes, segs, hooks);
+    run_direct_pipelined(c, *ops, result, votes, segs, hooks, comm.kernel_threads());
+  } else if (segs.size() > 1 && (hooks.pack || hooks.unpack)) {
+    run_overlapped(c, result, votes, segs, hooks);
   } else {
     run_in_sequence(c, *ops, result, votes, segs, hooks);
   }

@@ -38,6 +38,12 @@ uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64
   return counts;
 }
 
+size_t direct_trit_offset(size_t W, int n, int j) {
+  size_t offset = 0;
+  for (int i = 0; i < j; ++i) offset += bits::trits::bytes_for_words(chunk(W, n, i).size);
+  return offset;
+}
+
 DirectSegment::DirectSegment(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg,
                              uint32_t instance)
     : c_(c), ops_(ops), plan_(plan), seg_(seg), instance_(instance) {}
@@ -80,17 +86,27 @@ void DirectSegment::vote_and_post_results() {
   // Every owner sends its result chunk to everyone (chunk-major again).
   results_ = ops_.scratch(SignScratch::kDirectResults, size_t(R) * W, instance_);
   ops_.finalize(plan_, counts, planes, mine.size, results_ + size_t(R) * mine.begin, mine.size);
+  // What goes on the wire for chunk j: its R planes, or its trits (bytes, chunk-major likewise).
+  auto message = [&](int j) -> std::pair<void*, size_t> {
+    const Range ch = chunk(W, n, j);
+    if (trits_ != nullptr) return {trits_ + direct_trit_offset(W, n, j), bits::trits::bytes_for_words(ch.size)};
+    return {results_ + size_t(R) * ch.begin, size_t(R) * ch.size * 8};
+  };
+  if (plan_.trit_results) {
+    const size_t total = direct_trit_offset(W, n, n);
+    trits_ = reinterpret_cast<uint8_t*>(ops_.scratch(SignScratch::kDirectTrits, (total + 7) / 8, instance_));
+    ops_.encode_trits(results_ + size_t(R) * mine.begin, mine.size, mine.size, trits_ + direct_trit_offset(W, n, r));
+  }
   ops_.settle();  // my result chunk is decided, and the last reader of this instance's results is done
   const MemoryType memory = ops_.memory();
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;
-    const Range ch = chunk(W, n, from);
-    requests_.push_back(
-        c_.recv(from, seg_.slot_base + 1, results_ + size_t(R) * ch.begin, size_t(R) * ch.size * 8, memory));
+    auto [buf, bytes] = message(from);
+    requests_.push_back(c_.recv(from, seg_.slot_base + 1, buf, bytes, memory));
   }
+  auto [mine_buf, mine_bytes] = message(r);
   for (int d = 1; d < n; ++d) {
-    requests_.push_back(c_.send((r + d) % n, seg_.slot_base + 1, results_ + size_t(R) * mine.begin,
-                                size_t(R) * mine.size * 8, memory));
+    requests_.push_back(c_.send((r + d) % n, seg_.slot_base + 1, mine_buf, mine_bytes, memory));
   }
 }
 
@@ -98,6 +114,13 @@ void DirectSegment::finish() {
   const int n = c_.size(), R = plan_.result_planes;
   c_.wait_all(requests_);
   requests_.clear();
+  for (int j = 0; j < n && trits_ != nullptr; ++j) {  // the other owners' chunks back into planes
+    const Range ch = chunk(seg_.nwords, n, j);
+    if (j != c_.rank()) {
+      ops_.decode_trits(trits_ + direct_trit_offset(seg_.nwords, n, j), ch.size, results_ + size_t(R) * ch.begin,
+                        ch.size);
+    }
+  }
   for (int j = 0; j < n; ++j) {
     const Range ch = chunk(seg_.nwords, n, j);
     ops_.scatter(results_ + size_t(R) * ch.begin, R, ch, seg_.result, seg_.result_stride);

@@ -9,6 +9,8 @@
 //   vote, otherwise          2  (+1 plane, tie plane)
 //   mean, binary             planes_for(N)   count c of +1 votes: s = 2c − N
 //   mean, ternary            planes_for(2N)  u = pos − neg + N:   s = u − N
+// A vote result with a tie plane may instead travel as trits, five elements to a byte (1.6 bits, not
+// 2: bits/trit_coding.h), where the direct algorithm all-gathers it (`trit_results`).
 #pragma once
 
 #include <cstddef>
@@ -26,9 +28,12 @@ struct SignPlan {
   int result_planes = 1;
   int mean_scale = 2;     // mean: s = mean_scale * u − mean_offset
   int64_t mean_offset = 0;
+  bool trit_results = false;  // the direct algorithm's result chunks travel as trits (has_tie_plane() only)
 
   static SignPlan make(int nranks, SignMode mode, VoteKind kind);
   bool has_tie_plane() const { return mode == SignMode::kVote && result_planes == 2; }
+  // Bits per element the result costs where it is all-gathered: result_planes, or 1.6 as trits.
+  double result_wire_bits() const { return trit_results ? 8.0 / 5.0 : double(result_planes); }
 
   // counts: `counters` counters of `planes` planes over `nwords` words, counter-major, holding all
   // N ranks' votes. result: result_planes planes, plane p at result + p * result_stride.

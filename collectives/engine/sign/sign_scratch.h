@@ -14,7 +14,7 @@ enum class SignScratch : uint32_t {
   kRingPartial, kRingIncoming, kRingResults,                     // per segment
   kTreeAcc, kTreeFromChild0, kTreeFromChild1, kTreeResult,
   kAllgatherAll, kAllgatherCounts,
-  kDirectShards, kDirectInbox, kDirectResults, kDirectCounts,
+  kDirectShards, kDirectInbox, kDirectResults, kDirectCounts, kDirectTrits,
 };
 
 // `instance` tells apart segments that are in flight together (the direct pipeline has two).
