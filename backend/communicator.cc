@@ -119,6 +119,7 @@ Collective::Collective(Communicator& comm, std::string name, std::string algorit
 
 int Collective::rank() const { return comm_.rank_; }
 Workspace& Collective::workspace() { return comm_.workspace_; }
+const std::vector<int>& Collective::node_of_rank() const { return comm_.node_of_rank_; }
 int Collective::size() const { return comm_.size_; }
 
 std::string Collective::describe() const {
@@ -311,7 +312,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
     : store_(std::move(store)), rank_(rank), size_(size),
       timeout_(options.timeout.count() > 0 ? options.timeout : Settings::get().timeout) {
   PRIDE_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in [0, {})", rank, size);
-  learn_hosts();
+  learn_hosts(options.hostname);
   std::vector<bool> watched_locally(size_t(size), false);
   if (Settings::get().shared_memory) {
     for (int p = 0; p < size; ++p) watched_locally[size_t(p)] = local_pid_of_rank_[size_t(p)] != 0;
@@ -332,11 +333,12 @@ Communicator::~Communicator() {
   }
 }
 
-void Communicator::learn_hosts() {
+void Communicator::learn_hosts(const std::string& hostname) {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   std::string host(name);
   if (!Settings::get().hostname.empty()) host = Settings::get().hostname;
+  if (!hostname.empty()) host = hostname;
   // "<cores> <pid> <pid namespace> <boot id> <hostname>": the core count lets every rank compute the
   // same ranks-per-core figure for the cost model; pid and namespace let same-host peers check
   // liveness; the boot id tells which ranks share a machine's cores even when they are simulated hosts

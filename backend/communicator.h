@@ -104,6 +104,8 @@ class Collective {
 
   // The communicator's reusable scratch memory (see workspace.h).
   Workspace& workspace();
+  // The node (host) index of every rank, as Communicator::node_of_rank().
+  const std::vector<int>& node_of_rank() const;
 
   [[noreturn]] void fail(const std::string& what);  // throws Error naming the collective; notifies peers
   std::string describe() const;                     // "rank 1/4: sign_allreduce #12 (ring)"
@@ -121,6 +123,7 @@ class Communicator {
  public:
   struct Options {
     std::chrono::milliseconds timeout{0};  // 0: Settings (PRIDE_TIMEOUT)
+    std::string hostname;                  // empty: PRIDE_HOSTNAME, else gethostname() (tests simulate nodes)
   };
   // Connects `size` ranks through `store` (keys are used as given; pass a prefix store per group).
   Communicator(std::shared_ptr<Store> store, int rank, int size, Options options);
@@ -202,7 +205,7 @@ class Communicator {
   void post_abort_receive();
   // Spin, then yield, then sleep a little: ranks may outnumber cores.
   void idle(uint64_t idle_rounds);
-  void learn_hosts();
+  void learn_hosts(const std::string& hostname);
   void check_fingerprints(Collective& c, const Fingerprint& mine, CheckPayload* payload);
   [[noreturn]] void name_mismatch(Collective& c, const Fingerprint& mine);
   // Non-empty when `peer` runs on this host (same PID namespace) and its process is gone. UCX's shared

@@ -91,7 +91,7 @@ def parse_args(argv=None):
                    help="DistributedLion's votes for D-Lion: exact (sign(0) = 0; a bucket goes as ternary votes "
                         "whenever some rank has an exactly-zero update in it, e.g. the weights of dead ReLU units), "
                         "binary (1 bit per element; a zero votes -1) or ternary")
-    p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather"],
+    p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather", "hier"],
                    help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers). direct is the "
                         "bandwidth-optimal one (SPEC §4), what a bandwidth-bound multi-host job uses; "
                         "auto lets the cost model choose, and on one host it picks the latency-friendly "

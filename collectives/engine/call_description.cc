@@ -55,7 +55,7 @@ std::string describe_sign(const Fingerprint& f) {
   const uint64_t detail = f.detail & ~kFingerprintTritResults;
   return fmt::format("sign_allreduce {} {} {} numel {} ({}, segments of {} words{})",
                      sign_enum(detail & 0xff, SignMode::kMean), sign_enum((detail >> 8) & 0xff, VoteKind::kTernary),
-                     sign_input(f.dtype), f.numel, sign_enum((detail >> 16) & 0xff, SignAlgorithm::kAllgather),
+                     sign_input(f.dtype), f.numel, sign_enum((detail >> 16) & 0xff, SignAlgorithm::kHier),
                      detail >> 24, f.detail & kFingerprintTritResults ? ", results as trits" : "");
 }
 

@@ -25,7 +25,7 @@ class SignAllreduceBench final : public Benchmark {
  public:
   void add_flags(CLI::App& app) override {
     app.add_option("-a,--algorithm", algorithm_text_,
-                   "auto|ring|tree|direct|allgather|all (all: one block each), or kernels: no communication, only "
+                   "auto|ring|tree|direct|allgather|hier|all (all: one block each), or kernels: no communication, only "
                    "the kernels one rank of the direct algorithm runs (vote, binary)")
         ->capture_default_str();
     app.add_option("-m,--mode", mode_text_, "vote|mean")->capture_default_str();
@@ -45,7 +45,8 @@ class SignAllreduceBench final : public Benchmark {
                       "-a kernels times the binary vote only (-m vote -V binary)");
       blocks_.push_back("kernels");
     } else if (algorithm_text_ == "all") {
-      for (auto a : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather}) {
+      for (auto a : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather,
+                     SignAlgorithm::kHier}) {
         blocks_.push_back(name(a));
       }
     } else {
@@ -142,11 +143,12 @@ class SignAllreduceBench final : public Benchmark {
 
   double formula_bits(Communicator& comm, const std::string& algorithm) const override {
     // The traffic key is the algorithm's name; auto resolves to one of them.
-    for (auto a : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather}) {
+    for (auto a : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather,
+                   SignAlgorithm::kHier}) {
       if (algorithm != name(a)) continue;
       SignPlan plan = SignPlan::make(comm.size(), mode_, votes_);
       plan.trit_results = select_trit_results(plan, a, count_, comm.num_nodes(), comm.ranks_per_core());
-      return wire_bits_per_element(a, plan);
+      return wire_bits_per_element(a, plan, comm.num_nodes());
     }
     return -1;
   }

@@ -29,7 +29,8 @@ std::vector<std::string> run_ranks_collect_errors(int size, const std::function<
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        Communicator comm(store, r, size, {std::chrono::milliseconds(options.timeout_ms)});
+        Communicator comm(store, r, size,
+                          {std::chrono::milliseconds(options.timeout_ms), options.hostname ? options.hostname(r) : ""});
         fn(comm);
       } catch (const std::exception& e) {
         errors[size_t(r)] = e.what();

@@ -11,6 +11,9 @@ namespace pride::testing {
 
 struct RankOptions {
   int timeout_ms = 60000;
+  // The host name each rank reports (Communicator::Options::hostname): simulated nodes inside one
+  // process. Unset: the machine's.
+  std::function<std::string(int rank)> hostname;
 };
 
 // Runs fn(comm) on `size` ranks and rethrows the first exception any rank raised, prefixed with the rank.

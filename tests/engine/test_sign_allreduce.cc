@@ -110,7 +110,8 @@ TEST_P(SignAllreduceAllAlgorithms, MatchesInt32Oracle) {
   const int N = GetParam();
   testing::run_ranks(N, [](Communicator& comm) {
     uint64_t salt = 1;
-    for (auto algorithm : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather}) {
+    for (auto algorithm : {SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect, SignAlgorithm::kAllgather,
+                           SignAlgorithm::kHier}) {
       for (auto mode : {SignMode::kVote, SignMode::kMean}) {
         for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
           for (auto dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -245,6 +246,86 @@ TEST(SignAllreduce, TritResultsChosenWhereTheySaveTime) {
   unsetenv("PRIDE_RESULT_CODING");
   unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
   Settings::reload();
+}
+
+// The hierarchical algorithm over simulated nodes (each rank reports a host name of its own choosing):
+// even and uneven nodes, a node of one rank, every rank a node of its own. Every mode, vote kind, odd
+// size and many segments against the oracle, with the node map the communicator learned checked first.
+TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
+  const std::vector<std::vector<int>> layouts{{0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 1, 0, 0}, {0, 0, 1, 1, 2},
+                                              {0, 1, 2}, {0, 0, 0}};
+  for (const char* segment_bytes : {"1048576", "512"}) {
+    setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
+    Settings::reload();
+    for (const auto& node_of : layouts) {
+      testing::RankOptions options;
+      options.hostname = [&](int r) { return "node" + std::to_string(node_of[size_t(r)]); };
+      const int nodes = *std::max_element(node_of.begin(), node_of.end()) + 1;
+      testing::run_ranks(int(node_of.size()), [&](Communicator& comm) {
+        ASSERT_EQ(comm.num_nodes(), nodes);
+        uint64_t salt = 8000;
+        for (auto mode : {SignMode::kVote, SignMode::kMean}) {
+          for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+            for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 64 * 5 + 33)}) {
+              check_case(comm, {SignAlgorithm::kHier, mode, kind, DType::kFloat32, n}, salt++);
+            }
+          }
+        }
+      }, options);
+    }
+  }
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  Settings::reload();
+}
+
+// Its wire cost, measured: a non-leader sends only its votes; a leader's bytes to the other nodes are
+// hier_inter_node_bits per element (SPEC §4's per-node figure) and the rest is the result for its
+// node's other ranks; the average over ranks is wire_bits_per_element. 2 × 2 and 3 × 2 ranks.
+TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
+  const size_t n = size_t(1) << 20;
+  for (int nodes : {2, 3}) {
+    for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+      const int N = 2 * nodes;
+      std::vector<uint64_t> sent(static_cast<size_t>(N));
+      testing::RankOptions options;
+      options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
+      testing::run_ranks(N, [&](Communicator& comm) {
+        std::vector<float> x(n, comm.rank() % 3 ? 1.0f : -1.0f);
+        comm.reset_traffic();
+        sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kVote, kind, SignAlgorithm::kHier});
+        sent[size_t(comm.rank())] = comm.traffic().at("hier").bytes_sent;
+      }, options);
+      const SignPlan plan = SignPlan::make(N, SignMode::kVote, kind);
+      double total = 0;
+      for (int r = 0; r < N; ++r) {
+        total += double(sent[size_t(r)]);
+        const bool leader = r % 2 == 0;
+        if (!leader) {
+          EXPECT_EQ(sent[size_t(r)], uint64_t(plan.counters) * n / 8) << "non-leader " << r << " N=" << N;
+          continue;
+        }
+        const double local_result = double(plan.result_planes) * n / 8;  // to its one other rank
+        const double inter_bits = (double(sent[size_t(r)]) - local_result) * 8 / double(n);
+        EXPECT_NEAR(inter_bits, hier_inter_node_bits(plan, nodes, 2), 0.01) << "leader " << r << " N=" << N;
+      }
+      EXPECT_NEAR(total * 8 / N / double(n), wire_bits_per_element(SignAlgorithm::kHier, plan, nodes), 0.01)
+          << "N=" << N << " " << name(kind);
+    }
+  }
+}
+
+// The cost model takes the hierarchical algorithm for large tensors on several nodes of several
+// ranks each, where a node's ranks would otherwise share its link; never on one node or with one rank
+// per node, and not for a tensor small enough to be latency-bound.
+TEST(SignAllreduce, HierarchicalChosenForSeveralRanksPerNode) {
+  const SignPlan four = SignPlan::make(4, SignMode::kVote, VoteKind::kBinary);
+  const SignPlan six = SignPlan::make(6, SignMode::kVote, VoteKind::kBinary);
+  const size_t big = size_t(1) << 24;
+  EXPECT_EQ(select_sign_algorithm(four, big, 2), SignAlgorithm::kHier);
+  EXPECT_EQ(select_sign_algorithm(six, big, 3), SignAlgorithm::kHier);
+  EXPECT_NE(select_sign_algorithm(four, big, 4), SignAlgorithm::kHier);
+  EXPECT_NE(select_sign_algorithm(four, big, 1), SignAlgorithm::kHier);
+  EXPECT_NE(select_sign_algorithm(four, 64, 2), SignAlgorithm::kHier);
 }
 
 // The direct algorithm over planes that a PlaneOps keeps elsewhere (the GPU path, plane_ops.h), with a

@@ -78,7 +78,7 @@ def test_sign_allreduce_matches_oracle(world):
     run(_sign_job, world, deadline_s=300)
 
 
-@pytest.mark.parametrize("algo", ["ring", "tree", "direct", "allgather"])
+@pytest.mark.parametrize("algo", ["ring", "tree", "direct", "allgather", "hier"])
 def test_every_algorithm_through_pride_algo(algo):
     run(_sign_job, 3, env={"PRIDE_ALGO": algo}, deadline_s=300)
 

@@ -19,7 +19,7 @@ DataPath choose_data_path(const std::string& setting, bool transport_carries_cud
 
 SignAlgorithm choose_nccl_sign_algorithm(SignAlgorithm requested, const std::string& setting, int rank) {
   const SignAlgorithm asked = requested != SignAlgorithm::kAuto ? requested : parse_sign_algorithm(setting);
-  PRIDE_CHECK_ARG(asked != SignAlgorithm::kRing && asked != SignAlgorithm::kTree,
+  PRIDE_CHECK_ARG(asked != SignAlgorithm::kRing && asked != SignAlgorithm::kTree && asked != SignAlgorithm::kHier,
                   "rank {}: sign_allreduce over NCCL runs the direct or allgather algorithm, not {} (set "
                   "PRIDE_CUDA_TRANSPORT=ucx for it)", rank, name(asked));
   return asked == SignAlgorithm::kAuto ? SignAlgorithm::kDirect : asked;

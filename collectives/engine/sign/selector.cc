@@ -1,5 +1,6 @@
 #include "collectives/engine/sign/selector.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "backend/common/settings.h"
@@ -22,10 +23,22 @@ LinkModel LinkModel::for_group(int num_nodes, double ranks_per_core) {
   return m;
 }
 
-double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan) {
+double hier_inter_node_bits(const SignPlan& plan, int num_nodes, int local_size) {
+  const double M = std::max(1, num_nodes);
+  return (plan.counters * bits::planes_for(local_size) + plan.result_planes) * (M - 1) / M;
+}
+
+double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int num_nodes) {
   const double n = plan.nranks, C = plan.counters, R = plan.result_planes;
   if (plan.nranks == 1) return 0;
   switch (algorithm) {
+    case SignAlgorithm::kHier: {
+      // Non-leaders send their votes; each leader its count shards and result chunks to the other
+      // leaders, and the result to its node's L − 1 other ranks.
+      const int M = std::clamp(num_nodes, 1, plan.nranks);
+      const int L = std::max(1, plan.nranks / M);
+      return ((n - M) * C + M * (hier_inter_node_bits(plan, M, L) + R * (L - 1))) / n;
+    }
     case SignAlgorithm::kRing: {
       double reduce = 0;  // step k forwards a partial of k votes: planes_for(k) planes of 1/N of the tensor
       for (int k = 1; k < plan.nranks; ++k) reduce += C * bits::planes_for(k) / n;
@@ -48,10 +61,19 @@ double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan) {
   return 0;
 }
 
-double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link) {
+double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link,
+                   int num_nodes) {
   const int n = plan.nranks;
-  const double bytes = wire_bits_per_element(algorithm, plan) * double(numel) / 8;
+  // L ranks per node share its link: a flat algorithm's bytes cross it L times over.
+  const int nodes = std::clamp(num_nodes, 1, n);
+  const int local = std::max(1, n / nodes);
+  const double bytes = wire_bits_per_element(algorithm, plan) * double(numel) / 8 * (nodes > 1 ? local : 1);
   switch (algorithm) {
+    case SignAlgorithm::kHier: {
+      if (nodes == 1 || local == 1) return std::numeric_limits<double>::infinity();  // nothing to gain
+      const double inter = hier_inter_node_bits(plan, nodes, local) * double(numel) / 8;
+      return 4 * link.latency_us + 2.0 * (nodes - 1 + local - 1) * link.overhead_us + inter / link.bytes_per_us;
+    }
     case SignAlgorithm::kRing:
       return 2.0 * (n - 1) * (link.latency_us + link.overhead_us) + bytes / link.bytes_per_us;
     case SignAlgorithm::kDirect:
@@ -89,8 +111,9 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
   const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
   SignAlgorithm best = SignAlgorithm::kDirect;
   double best_us = std::numeric_limits<double>::infinity();
-  for (auto a : {SignAlgorithm::kDirect, SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kAllgather}) {
-    double t = estimate_us(a, plan, numel, link);
+  for (auto a : {SignAlgorithm::kDirect, SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kAllgather,
+                 SignAlgorithm::kHier}) {
+    double t = estimate_us(a, plan, numel, link, num_nodes);
     if (t < best_us) {
       best = a;
       best_us = t;

@@ -20,8 +20,11 @@ struct LinkModel {
   static LinkModel for_group(int num_nodes, double ranks_per_core = 1.0);
 };
 
-// Estimated microseconds of each algorithm for `numel` elements, and the cheapest one.
-double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link);
+// Estimated microseconds of each algorithm for `numel` elements, and the cheapest one. With several
+// nodes of several ranks each (num_nodes < N), a node's ranks share its link: the flat algorithms'
+// bytes cross it once per rank, the hierarchical algorithm's once per node, and auto considers it.
+double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, const LinkModel& link,
+                   int num_nodes = 1);
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core = 1.0);
 
 // Whether the direct algorithm's result chunks travel as trits (sign_plan.h): PRIDE_RESULT_CODING=
@@ -34,7 +37,12 @@ constexpr double kTritCodingNsPerElement = 0.3;
 bool select_trit_results(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
                          double ranks_per_core = 1.0);
 
-// Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode).
-double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan);
+// Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode),
+// averaged over ranks. The hierarchical algorithm's depend on the nodes: num_nodes nodes of N/num_nodes
+// ranks each.
+double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int num_nodes = 1);
+// Bits per element that leave each node for the others in the hierarchical algorithm: its leader's
+// count shards and result chunks, (C·planes_for(L) + R)(M − 1)/M for M nodes of L ranks.
+double hier_inter_node_bits(const SignPlan& plan, int num_nodes, int local_size);
 
 }  // namespace pride

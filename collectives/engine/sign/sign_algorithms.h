@@ -38,5 +38,9 @@ class PlaneOps;
 void sign_direct(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg);
 // Baseline of the paper's code and signSGD-MV: every rank's votes to every rank, counted locally.
 void sign_allgather(Collective& c, const SignPlan& plan, const SignSegment& seg);
+// Hierarchical (SPEC §4): each node's ranks send their votes to the node's leader (its first rank),
+// which counts them; the leaders run the direct algorithm among themselves on those counts; each
+// leader sends the result to its node. Between nodes only counts and the result travel, once per node.
+void sign_hier(Collective& c, const SignPlan& plan, const SignSegment& seg);
 
 }  // namespace pride

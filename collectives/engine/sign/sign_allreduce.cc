@@ -32,6 +32,7 @@ AlgorithmFn algorithm_fn(SignAlgorithm a) {
     case SignAlgorithm::kTree: return &sign_tree;
     case SignAlgorithm::kDirect: return &sign_direct;
     case SignAlgorithm::kAllgather: return &sign_allgather;
+    case SignAlgorithm::kHier: return &sign_hier;
     case SignAlgorithm::kAuto: break;
   }
   throw Error("sign_allreduce: no algorithm selected");

@@ -13,6 +13,7 @@ const char* name(SignAlgorithm algorithm) {
     case SignAlgorithm::kTree: return "tree";
     case SignAlgorithm::kDirect: return "direct";
     case SignAlgorithm::kAllgather: return "allgather";
+    case SignAlgorithm::kHier: return "hier";
   }
   return "?";
 }
@@ -31,11 +32,11 @@ VoteKind parse_vote_kind(const std::string& s) {
 
 SignAlgorithm parse_sign_algorithm(const std::string& s) {
   for (auto a : {SignAlgorithm::kAuto, SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kDirect,
-                 SignAlgorithm::kAllgather}) {
+                 SignAlgorithm::kAllgather, SignAlgorithm::kHier}) {
     if (s == name(a)) return a;
   }
   throw InvalidArgument("sign_allreduce: algorithm (PRIDE_ALGO) must be one of auto, ring, tree, direct, "
-                        "allgather; got \"" + s + "\"");
+                        "allgather, hier; got \"" + s + "\"");
 }
 
 }  // namespace pride

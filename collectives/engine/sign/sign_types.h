@@ -8,7 +8,7 @@ namespace pride {
 
 enum class SignMode : uint8_t { kVote, kMean };        // sign(s) or s / N
 enum class VoteKind : uint8_t { kBinary, kTernary };   // x > 0 → +1 else −1; or −1/0/+1 with abstentions
-enum class SignAlgorithm : uint8_t { kAuto, kRing, kTree, kDirect, kAllgather };
+enum class SignAlgorithm : uint8_t { kAuto, kRing, kTree, kDirect, kAllgather, kHier };
 
 const char* name(SignMode mode);
 const char* name(VoteKind kind);
