@@ -485,11 +485,13 @@ TEST(SignAllreduce, CudaDataPathChoice) {
   }
   EXPECT_THROW(choose_data_path("gpu", true, A::kDirect, 0), InvalidArgument);
 
-  // Over NCCL: what was asked for, else PRIDE_ALGO, else direct; never ring or tree.
+  // Over NCCL: what was asked for, else PRIDE_ALGO, else direct; never ring, tree or hier.
   EXPECT_EQ(choose_nccl_sign_algorithm(A::kAuto, "auto", 0), A::kDirect);
   EXPECT_EQ(choose_nccl_sign_algorithm(A::kAuto, "allgather", 0), A::kAllgather);
   EXPECT_EQ(choose_nccl_sign_algorithm(A::kAllgather, "direct", 0), A::kAllgather);
   EXPECT_EQ(choose_nccl_sign_algorithm(A::kDirect, "ring", 0), A::kDirect);
+  EXPECT_THROW(choose_nccl_sign_algorithm(A::kHier, "auto", 0), InvalidArgument);
+  EXPECT_THROW(choose_nccl_sign_algorithm(A::kAuto, "hier", 0), InvalidArgument);
   try {
     choose_nccl_sign_algorithm(A::kAuto, "tree", 2);
     ADD_FAILURE() << "tree over NCCL was accepted";

@@ -24,7 +24,8 @@ const char* name(DataPath path);
 
 // The algorithm a sign-allreduce runs over NCCL (torch_plugin/nccl_sign_allreduce.h): the one asked
 // for (`requested`, else PRIDE_ALGO given as `setting`), direct when neither asks. NCCL runs direct and
-// allgather; ring and tree are InvalidArgument naming the rank (they exist for UCX's small messages).
+// allgather; ring, tree and hier are InvalidArgument naming the rank (they exist for UCX's small messages and
+// its shared memory).
 SignAlgorithm choose_nccl_sign_algorithm(SignAlgorithm requested, const std::string& setting, int rank);
 
 }  // namespace pride

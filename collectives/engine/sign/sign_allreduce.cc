@@ -74,7 +74,7 @@ void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uin
   }
 }
 
-// Ring, tree and all-gather over several segments: while this thread runs segment s's algorithm (its
+// Ring, tree, all-gather and hier over several segments: while this thread runs segment s's algorithm (its
 // messages and counting), a second thread packs segment s+1 and unpacks segment s−1. Those kernels
 // read and write the tensor, the memory-bound part of the call; the algorithms are a sequence of
 // blocking exchanges, so the kernels could not be interleaved with them on one thread the way the
