@@ -7,6 +7,7 @@
 
 #include "backend/topology/host_topology.h"
 #include "collectives/bits/kernels.h"
+#include "collectives/engine/compressed/onebit_allreduce.h"
 #include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
 #ifdef PRIDE_WITH_CUDA_TENSORS
@@ -74,6 +75,20 @@ PYBIND11_MODULE(_C, m) {
         return as_pride(backend).sign_allreduce_packed(packed, numel, options);
       },
       py::arg("backend"), py::arg("packed"), py::arg("numel"), py::arg("mode"), py::arg("algorithm") = "auto");
+
+  m.def(
+      "compressed_allreduce",
+      [](c10d::Backend& backend, at::Tensor tensor, at::Tensor worker_error, at::Tensor server_error) {
+        return as_pride(backend).compressed_allreduce(tensor, worker_error, server_error);
+      },
+      py::arg("backend"), py::arg("tensor"), py::arg("worker_error"), py::arg("server_error"));
+  m.def(
+      "compressed_allreduce_server_numel",
+      [](int64_t numel, int size, int rank) {
+        TORCH_CHECK_VALUE(numel >= 0 && size > 0 && rank >= 0 && rank < size, "pride: invalid numel/size/rank");
+        return int64_t(pride::onebit_owned_elements(size_t(numel), size, rank).size);
+      },
+      py::arg("numel"), py::arg("size"), py::arg("rank"));
 
 #ifdef PRIDE_WITH_CUDA_TENSORS
   py::class_<pride::torch_plugin::CudaLionWorkspace, std::shared_ptr<pride::torch_plugin::CudaLionWorkspace>>(

@@ -98,6 +98,10 @@ class PrideBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> sign_allreduce(at::Tensor& tensor, SignOptions options);
   // Result tensor (int8 votes or float32 means) is the Work's result()[0].
   c10::intrusive_ptr<c10d::Work> sign_allreduce_packed(const at::Tensor& packed, int64_t numel, SignOptions options);
+  // The 1-bit error-feedback allreduce (compressed/onebit_allreduce.h), in place on float32 `tensor`;
+  // both errors are updated in place (compressed_allreduce.cc).
+  c10::intrusive_ptr<c10d::Work> compressed_allreduce(at::Tensor& tensor, at::Tensor& worker_error,
+                                                      at::Tensor& server_error);
   // Runs `fn` on the worker thread in issue order (the optimizer's fused step uses it).
   c10::intrusive_ptr<c10d::Work> run_on_worker(const char* name, std::vector<at::Tensor> outputs,
                                                std::function<void(Communicator&)> fn);

@@ -64,7 +64,10 @@ std::string describe_sign(const Fingerprint& f) {
 std::string describe_call(const Fingerprint& f) {
   Fingerprint plain = f;
   plain.detail &= ~kFingerprintOverNccl;
-  std::string call = f.op == kSignAllreduceOp ? describe_sign(plain) : describe_standard(plain);
+  std::string call = f.op == kSignAllreduceOp ? describe_sign(plain)
+                     : f.op == kOnebitAllreduceOp
+                         ? fmt::format("compressed_allreduce (1-bit, error feedback) {} numel {}", sign_input(f.dtype), f.numel)
+                         : describe_standard(plain);
   if (call.empty()) call = fmt::format("op {:#x} dtype {} numel {} detail {:#x}", f.op, f.dtype, f.numel, f.detail);
   if (f.detail & kFingerprintOverNccl) call += " over NCCL";
   return fmt::format("{} (#{})", call, f.sequence);

@@ -12,6 +12,8 @@ namespace pride {
 
 // Fingerprint::op of the sign-allreduce (the standard collectives' ids are in standard/common.h).
 constexpr uint32_t kSignAllreduceOp = 0x5160;
+// Fingerprint::op of the 1-bit compressed allreduce (compressed/onebit_allreduce.h).
+constexpr uint32_t kOnebitAllreduceOp = 0x5161;
 // Fingerprint::dtype of a sign-allreduce whose input was not a float tensor: already packed bits
 // (sign_allreduce_packed), or the planes of a DistributedLion bucket. Float inputs use bits::DType.
 constexpr uint32_t kSignInputPacked = 0xFF;

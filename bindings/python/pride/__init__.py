@@ -14,7 +14,14 @@ import torch.distributed  # noqa: F401
 
 from . import _C
 from ._registration import register_backend as _register_backend
-from .collectives import reset_stats, sign_allreduce, sign_allreduce_packed, stats
+from .collectives import (
+    compressed_allreduce,
+    compressed_allreduce_server_numel,
+    reset_stats,
+    sign_allreduce,
+    sign_allreduce_packed,
+    stats,
+)
 from . import ddp_hooks, optim
 from .horovod import (
     broadcast_optimizer_state,
@@ -33,6 +40,8 @@ _register_backend()
 __all__ = [
     "sign_allreduce",
     "sign_allreduce_packed",
+    "compressed_allreduce",
+    "compressed_allreduce_server_numel",
     "stats",
     "reset_stats",
     "init",

@@ -64,6 +64,40 @@ def sign_allreduce_packed(bits, numel, mode="vote", group=None, async_op=False):
     return work.get_future().value()[0]
 
 
+def compressed_allreduce_server_numel(numel, group=None):
+    """How many elements of a ``numel``-element tensor this rank owns in ``compressed_allreduce``: the
+    length of its ``server_error``. Ranks own contiguous chunks of 64-element words, in rank order."""
+    if not dist.is_initialized():
+        return _C.compressed_allreduce_server_numel(int(numel), 1, 0)
+    return _C.compressed_allreduce_server_numel(int(numel), dist.get_world_size(group), dist.get_rank(group))
+
+
+def compressed_allreduce(t, worker_error, server_error, group=None, async_op=False):
+    """The error-compensated 1-bit allreduce of 1-bit Adam and 0/1 Adam, in place on float32 ``t``.
+
+    Each rank adds ``worker_error`` to ``t``, sends its signs (+1 where y >= 0 or NaN) and one scale
+    ``||y||_2 / sqrt(numel)``, and keeps y - scale*sign(y) as its new ``worker_error``. The owner of
+    each chunk averages the ranks' scale*sign, adds its ``server_error``, compresses again with the
+    chunk's own scale and keeps that loss; every rank receives the owners' signs and scales, so ``t``
+    becomes the same compressed mean on every rank. 2(N-1)/N bits per element on the wire.
+
+    ``worker_error``: float32, ``t.numel()`` elements; ``server_error``: float32,
+    ``compressed_allreduce_server_numel(t.numel(), group)`` elements (zeros to start; both contiguous,
+    updated in place, and part of the caller's state: save them to resume exactly). CPU or CUDA
+    tensors (CUDA ones are staged through pinned host memory). Returns a Work when ``async_op``.
+    """
+    if _not_a_member(group):
+        return None
+    for name, x in (("t", t), ("worker_error", worker_error), ("server_error", server_error)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"pride.compressed_allreduce: {name} must be a torch.Tensor, got {type(x).__name__}")
+    work = _C.compressed_allreduce(_pride_backend(group, "compressed_allreduce"), t, worker_error, server_error)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
 def stats(group=None):
     """Traffic counters of the group's pride backend: collectives issued, bytes sent and received,
     and the same per algorithm ("direct", "ring", "allreduce_ring", ...). device_bytes_sent is the part

@@ -1,0 +1,208 @@
+"""What 1-bit Adam and 0/1 Adam share: Adam's arithmetic in torch's own operation order, full-precision
+gradient averaging, the 1-bit compressed allreduce over a parameter group's flat buffer, and error state
+that is saved and loaded with the optimizer (DeepSpeed resets it on load; here resume is exact).
+
+Each parameter group is one flat float32 buffer for communication (DeepSpeed flattens each group too):
+one worker scale per group and call, the group's worker error (its numel) and server error (this
+rank's owned chunk) in the state of the group's first parameter. Schedule counters live in the
+param_group dict, so state_dict() carries them.
+"""
+
+import logging
+
+import torch
+import torch.distributed as dist
+
+from .. import ddp_hooks
+from ..collectives import _not_a_member, compressed_allreduce, compressed_allreduce_server_numel
+
+_log = logging.getLogger("pride")
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class CompressedAdamBase(torch.optim.Optimizer):
+    """Shared machinery; see OneBitAdam and ZeroOneAdam."""
+
+    _name = "CompressedAdam"
+
+    def __init__(self, params, defaults, group=None):
+        lr, betas, eps, wd = defaults["lr"], defaults["betas"], defaults["eps"], defaults["weight_decay"]
+        if not lr >= 0.0:
+            raise ValueError(f"{self._name}: invalid learning rate {lr}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"{self._name}: invalid betas {betas}")
+        if not eps >= 0.0:
+            raise ValueError(f"{self._name}: invalid eps {eps}")
+        if not wd >= 0.0:
+            raise ValueError(f"{self._name}: invalid weight_decay {wd}")
+        defaults = dict(defaults, betas=tuple(betas))
+        super().__init__(params, defaults)
+        self.group = group
+        for g in self.param_groups:
+            devices = {p.device for p in g["params"]}
+            if len(devices) > 1:
+                raise ValueError(f"{self._name}: a parameter group's parameters must share one device, got {devices}")
+            for p in g["params"]:
+                if p.dtype not in _DTYPES:
+                    raise TypeError(f"{self._name}: parameters must be float32, bfloat16 or float16, got {p.dtype}")
+        self._check_group()
+
+    # ---- The group ----
+    def _check_group(self):
+        if not dist.is_initialized():
+            return
+        if not _not_a_member(self.group) and dist.get_world_size(self.group) > 1:
+            from ..collectives import _pride_backend
+
+            _pride_backend(self.group, f"optim.{self._name}")  # the compressed allreduce needs pride
+
+    def _world(self):
+        if not dist.is_initialized():
+            return 0, 1
+        return dist.get_rank(self.group), dist.get_world_size(self.group)
+
+    def attach(self, ddp_model):
+        """Makes the DistributedDataParallel model holding these parameters keep each rank's gradients
+        local (pride.ddp_hooks.local_gradients_hook): the optimizer does all the communication itself,
+        full precision where its schedule says so and 1-bit otherwise. Returns the model."""
+        mine = {id(p) for g in self.param_groups for p in g["params"]}
+        if not any(id(p) in mine for p in ddp_model.parameters()):
+            raise ValueError(f"{self._name}.attach: none of this optimizer's parameters belong to the model")
+        if not ddp_hooks.has_local_gradients_hook(ddp_model):
+            if getattr(ddp_model, "_comm_hooks", []):
+                raise ValueError(f"{self._name}.attach: the model has a communication hook already")
+            ddp_model.register_comm_hook(None, ddp_hooks.local_gradients_hook)
+        return ddp_model
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for g in self.param_groups:
+            self._step_group(g)
+        return loss
+
+    def _step_group(self, g):
+        raise NotImplementedError
+
+    # ---- Saving and loading ----
+    def state_dict(self):
+        """torch's state dict (moments, errors, schedule counters), plus which rank of how many saved it.
+        The errors are this rank's own: save every rank's state_dict() to resume exactly."""
+        state = super().state_dict()
+        rank, world = self._world()
+        state["pride"] = {"rank": rank, "world_size": world}
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("pride", None)
+        super().load_state_dict(state_dict)
+        rank, world = self._world()
+        if saved is None or (saved.get("rank"), saved.get("world_size")) == (rank, world):
+            return
+        # Another rank's (or another world size's) errors would be wrong here: drop them, as DeepSpeed
+        # always does. The moments and schedules are the same on every rank and stay.
+        dropped = 0
+        for g in self.param_groups:
+            st = self.state.get(g["params"][0], {})
+            for key in ("worker_error", "server_error"):
+                dropped += st.pop(key, None) is not None
+        _log.warning("%s (rank %d of %d): the state dict was saved by rank %s of %s; its error-feedback state "
+                     "is not this rank's and was reset (%d buffers). Save and load each rank's own state_dict() "
+                     "to resume exactly.", self._name, rank, world, saved.get("rank"), saved.get("world_size"),
+                     dropped)
+
+    # ---- Per-parameter and per-group state ----
+    def _moments(self, p):
+        st = self.state[p]
+        if "exp_avg" not in st:
+            st["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+        return st["exp_avg"], st["exp_avg_sq"]
+
+    def _errors(self, g):
+        """The group's worker and server errors (zeros at first), sized for this group and rank."""
+        st = self.state[g["params"][0]]
+        numel = sum(p.numel() for p in g["params"])
+        device = g["params"][0].device
+        server = compressed_allreduce_server_numel(numel, self.group)
+        if "worker_error" not in st or st["worker_error"].numel() != numel or st["server_error"].numel() != server:
+            st["worker_error"] = torch.zeros(numel, dtype=torch.float32, device=device)
+            st["server_error"] = torch.zeros(server, dtype=torch.float32, device=device)
+        return st["worker_error"], st["server_error"]
+
+    def _reset_errors(self, g):
+        worker, server = self._errors(g)
+        worker.zero_()
+        server.zero_()
+
+    @staticmethod
+    def _local_grads(g):
+        """This rank's gradients as float32 (zeros where a parameter has none)."""
+        out = []
+        for p in g["params"]:
+            if p.grad is not None and p.grad.is_sparse:
+                raise RuntimeError("pride's compressed Adam optimizers do not support sparse gradients")
+            out.append(torch.zeros_like(p, dtype=torch.float32) if p.grad is None else p.grad.float())
+        return out
+
+    def _averaged_grads(self, g):
+        """The group's gradients averaged over the ranks in float32 (one allreduce of a flat buffer)."""
+        grads = self._local_grads(g)
+        rank, world = self._world()
+        if world == 1:
+            return grads
+        flat = torch.cat([t.reshape(-1) for t in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
+        flat.div_(world)
+        return [t.view_as(p) for t, p in zip(flat.split([p.numel() for p in g["params"]]), g["params"])]
+
+    def _compressed_mean(self, g, tensors):
+        """The ranks' mean of `tensors` (float32, one per parameter) through the 1-bit compressed
+        allreduce with the group's error feedback, written back into `tensors`."""
+        worker, server = self._errors(g)
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        _, world = self._world()
+        if world > 1:
+            compressed_allreduce(flat, worker, server, group=self.group)
+        else:
+            _compress_alone(flat, worker, server)
+        for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+            t.copy_(part.view_as(t))
+
+    # ---- Adam's arithmetic, in torch.optim.AdamW's order (single-tensor path) ----
+    @staticmethod
+    def _adam_update(p, m, v, lr, eps, weight_decay, bias_correction, m_step, v_step, beta1, beta2):
+        """p ← p·(1 − lr·wd) − step_size · m / (sqrt(v)/sqrt(bc2) + eps), as torch.optim.AdamW does it;
+        without bias correction step_size = lr and bc2 = 1 (DeepSpeed's formulas). m and v are float32;
+        a lower-precision parameter is updated in float32 and rounded once."""
+        if bias_correction:
+            step_size = lr / (1 - beta1 ** m_step)
+            denom = (v.sqrt() / ((1 - beta2 ** v_step) ** 0.5)).add_(eps)
+        else:
+            step_size = lr
+            denom = v.sqrt().add_(eps)
+        if p.dtype == torch.float32:
+            if weight_decay != 0:
+                p.mul_(1 - lr * weight_decay)
+            p.addcdiv_(m, denom, value=-step_size)
+        else:
+            master = p.float()
+            if weight_decay != 0:
+                master.mul_(1 - lr * weight_decay)
+            master.addcdiv_(m, denom, value=-step_size)
+            p.copy_(master)
+
+
+def _compress_alone(flat, worker, server):
+    """A world of one (no process group): the same two compressions with nobody to exchange with."""
+    for error in (worker, server):
+        flat.add_(error)
+        scale = flat.double().square().sum().div(max(flat.numel(), 1)).sqrt().float()
+        signs = torch.where(flat < 0, -1.0, 1.0).to(flat.dtype)
+        error.copy_(flat - scale * signs)
+        flat.copy_(scale * signs)

@@ -1,0 +1,59 @@
+"""1-bit Adam (Tang et al., ICML 2021, arXiv 2102.02888) over pride's compressed allreduce."""
+
+from ._onebit import CompressedAdamBase
+
+
+class OneBitAdam(CompressedAdamBase):
+    """Adam whose momentum travels as 1 bit per element after a full-precision warm-up.
+
+    Steps 1 … ``freeze_step`` (the warm-up) are Adam on gradients averaged over the ranks in float32.
+    Then the variance is frozen and each step runs:
+
+        m ← β1·m + (1−β1)·g_local;   m ← compressed_allreduce(m)   (error feedback, 1 bit per element)
+        p ← p·(1 − lr·λ) − lr · m / (sqrt(v) + eps)
+
+    so every rank holds the same m, v and parameters (bitwise) after every step. This follows
+    DeepSpeed's OnebitAdam: no bias correction (``bias_correction=True`` adds torch.optim.AdamW's, with
+    the variance's frozen at the freeze step), eps outside the square root, decoupled weight decay, the
+    momentum (not the gradient) compressed, one scale per parameter group (its flat buffer). Unlike
+    DeepSpeed there is no hidden first step: ``freeze_step`` warm-up steps are exactly that many.
+
+    The optimizer does its own communication: give it each rank's local gradients (under DDP,
+    ``opt.attach(ddp_model)`` registers pride.ddp_hooks.local_gradients_hook). The error-feedback state
+    is in ``state_dict()`` and is this rank's own: save every rank's state dict and load it on the same
+    rank to resume exactly (DeepSpeed resets the errors on load).
+    """
+
+    _name = "OneBitAdam"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100000,
+                 bias_correction=False, group=None):
+        if not (isinstance(freeze_step, int) and freeze_step >= 1):
+            raise ValueError(f"OneBitAdam: freeze_step must be an int >= 1 (the variance is frozen after it; at 0 "
+                             f"it would stay zero), got {freeze_step!r}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      freeze_step=freeze_step, bias_correction=bool(bias_correction), step=0),
+                         group=group)
+
+    def compressing(self, group_index=0):
+        """Whether the group's next step compresses (its warm-up is over)."""
+        g = self.param_groups[group_index]
+        return g["step"] + 1 > g["freeze_step"]
+
+    def _step_group(self, g):
+        t = g["step"] + 1
+        beta1, beta2 = g["betas"]
+        moments = [self._moments(p) for p in g["params"]]
+        if t <= g["freeze_step"]:
+            for (m, v), grad in zip(moments, self._averaged_grads(g)):
+                m.lerp_(grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        else:
+            for (m, _), grad in zip(moments, self._local_grads(g)):
+                m.lerp_(grad, 1 - beta1)
+            self._compressed_mean(g, [m for m, _ in moments])
+        v_step = min(t, g["freeze_step"])
+        for p, (m, v) in zip(g["params"], moments):
+            self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t, v_step,
+                              beta1, beta2)
+        g["step"] = t

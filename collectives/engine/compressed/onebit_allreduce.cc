@@ -1,0 +1,116 @@
+#include "collectives/engine/compressed/onebit_allreduce.h"
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/bits/kernels.h"
+#include "collectives/bits/onebit.h"
+#include "collectives/engine/call_description.h"
+
+namespace pride {
+namespace {
+
+using patterns::chunk;
+using patterns::Range;
+
+enum Scratch : uint32_t { kShards, kInbox, kOwnerValues, kResults };
+
+uint64_t* scratch(Workspace& ws, Scratch what, size_t words) {
+  return ws.get<uint64_t>({kOnebitAllreduceOp, uint32_t(what)}, words);
+}
+
+// A message is a chunk's sign words followed by one word holding the float scale, so chunk j of a
+// chunk-major buffer starts at word begin_j + j.
+size_t message_offset(const Range& words, int j) { return words.begin + size_t(j); }
+
+void put_scale(uint64_t* word, float scale) {
+  *word = 0;
+  std::memcpy(word, &scale, sizeof scale);
+}
+
+float get_scale(const uint64_t* word) {
+  float scale;
+  std::memcpy(&scale, word, sizeof scale);
+  return scale;
+}
+
+// The elements of word range `words`, clipped to numel.
+Range elements_of(const Range& words, size_t numel) {
+  const size_t begin = std::min(words.begin * 64, numel), end = std::min(words.end() * 64, numel);
+  return {begin, end - begin};
+}
+
+}  // namespace
+
+patterns::Range onebit_owned_elements(size_t numel, int size, int rank) {
+  return elements_of(chunk(bits::words_for(numel), size, rank), numel);
+}
+
+void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* server_error, size_t numel) {
+  const int n = comm.size(), r = comm.rank();
+  Collective c = comm.begin("compressed_allreduce", "onebit_direct",
+                            Fingerprint{0, kOnebitAllreduceOp, uint32_t(bits::DType::kFloat32), numel, 0, &describe_call});
+  if (numel == 0) return;
+  const size_t W = bits::words_for(numel);
+  Workspace& ws = c.workspace();
+
+  // 1. Feedback and compression of the whole tensor, one scale; chunk j's signs staged at its message.
+  const float worker_scale = bits::onebit_scale(bits::add_error_and_square_sum(x, worker_error, numel), numel);
+  uint64_t* shards = scratch(ws, kShards, W + size_t(n));
+  for (int j = 0; j < n; ++j) {
+    const Range words = chunk(W, n, j), elements = elements_of(words, numel);
+    uint64_t* message = shards + message_offset(words, j);
+    bits::compress_signs(x + elements.begin, worker_scale, elements.size, message, worker_error + elements.begin);
+    put_scale(message + words.size, worker_scale);
+  }
+
+  // 2. All-to-all: my chunk's signs and scale from every rank.
+  const Range mine = chunk(W, n, r), my_elements = elements_of(mine, numel);
+  const size_t message_words = mine.size + 1;
+  uint64_t* inbox = scratch(ws, kInbox, size_t(n) * message_words);
+  std::vector<RequestPtr> requests;
+  for (int d = 1; d < n; ++d) {
+    const int from = (r - d + n) % n;
+    requests.push_back(c.recv(from, 0, inbox + size_t(from) * message_words, message_words * 8));
+  }
+  for (int d = 1; d < n; ++d) {  // the right neighbour first, so no owner is hit by everyone at once
+    const int to = (r + d) % n;
+    const Range words = chunk(W, n, to);
+    requests.push_back(c.send(to, 0, shards + message_offset(words, to), (words.size + 1) * 8));
+  }
+  c.wait_all(requests);
+  requests.clear();
+  std::memcpy(inbox + size_t(r) * message_words, shards + message_offset(mine, r), message_words * 8);
+
+  // 3. The owner: average, server feedback, compression with the chunk's own scale.
+  std::vector<const uint64_t*> signs(static_cast<size_t>(n));
+  std::vector<float> scales(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    signs[size_t(i)] = inbox + size_t(i) * message_words;
+    scales[size_t(i)] = get_scale(inbox + size_t(i) * message_words + mine.size);
+  }
+  float* average = reinterpret_cast<float*>(scratch(ws, kOwnerValues, (my_elements.size + 1) / 2));
+  bits::average_signs(signs.data(), scales.data(), n, my_elements.size, average);
+  const float server_scale =
+      bits::onebit_scale(bits::add_error_and_square_sum(average, server_error, my_elements.size), my_elements.size);
+  uint64_t* results = scratch(ws, kResults, W + size_t(n));
+  uint64_t* my_result = results + message_offset(mine, r);
+  bits::compress_signs(average, server_scale, my_elements.size, my_result, server_error);
+  put_scale(my_result + mine.size, server_scale);
+
+  // 4. All-gather of the owners' signs and scales, then every chunk decompressed in place.
+  for (int d = 1; d < n; ++d) {
+    const int from = (r - d + n) % n;
+    const Range words = chunk(W, n, from);
+    requests.push_back(c.recv(from, 1, results + message_offset(words, from), (words.size + 1) * 8));
+  }
+  for (int d = 1; d < n; ++d) requests.push_back(c.send((r + d) % n, 1, my_result, message_words * 8));
+  c.wait_all(requests);
+  for (int j = 0; j < n; ++j) {
+    const Range words = chunk(W, n, j), elements = elements_of(words, numel);
+    const uint64_t* message = results + message_offset(words, j);
+    bits::expand_signs(message, get_scale(message + words.size), elements.size, x + elements.begin);
+  }
+}
+
+}  // namespace pride

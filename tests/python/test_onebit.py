@@ -1,0 +1,282 @@
+"""The 1-bit compressed allreduce and the optimizers on it (1-bit Adam, 0/1 Adam), against independent
+oracles: a float64 reference of DeepSpeed's compressed_allreduce formulas written here with numpy,
+torch.optim.AdamW for the full-precision warm-up, and the optimizers' own uninterrupted runs for
+resume."""
+
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import distributed_harness as harness
+
+
+# ---- The collective ----------------------------------------------------------------------------
+
+def _reference_round(xs, worker_errors, server_errors, owned):
+    """DeepSpeed's compressed_allreduce in float64 for all ranks at once: returns the result and the
+    new errors. xs/worker_errors: one array per rank; owned[j] = (begin, size) of rank j's chunk."""
+    n = len(xs)
+    ys = [x.astype(np.float64) + e.astype(np.float64) for x, e in zip(xs, worker_errors)]
+    scales = [np.sqrt(np.sum(y * y) / y.size) for y in ys]
+    signs = [np.where(y >= 0, 1.0, -1.0) for y in ys]
+    new_worker = [y - s * sg for y, s, sg in zip(ys, scales, signs)]
+    result = np.empty(xs[0].size)
+    new_server = []
+    for j, (begin, size) in enumerate(owned):
+        part = slice(begin, begin + size)
+        z = sum(s * sg[part] for s, sg in zip(scales, signs)) / n + server_errors[j].astype(np.float64)
+        scale = np.sqrt(np.sum(z * z) / size) if size else 0.0
+        sg = np.where(z >= 0, 1.0, -1.0)
+        result[part] = scale * sg
+        new_server.append(z - scale * sg)
+    return result, new_worker, new_server
+
+
+def _compressed_allreduce_worker(rank, world_size, store_path, numel, rounds, device):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    sizes = [None] * world_size
+    dist.all_gather_object(sizes, pride.compressed_allreduce_server_numel(numel))
+    owned, begin = [], 0
+    for size in sizes:  # rank order, contiguous
+        owned.append((begin, size))
+        begin += size
+    assert begin == numel
+    worker = torch.zeros(numel, device=device)
+    server = torch.zeros(sizes[rank], device=device)
+    pride.reset_stats()
+    for rnd in range(rounds):
+        xs = [torch.from_numpy(np.random.default_rng(100 * rnd + r).standard_normal(numel).astype(np.float32) * (r + 1))
+              for r in range(world_size)]
+        if rnd == 1:
+            for x in xs:
+                x[:3] = torch.tensor([0.0, -0.0, 0.0])
+        states = [None] * world_size
+        dist.all_gather_object(states, (worker.cpu().numpy().copy(), server.cpu().numpy().copy()))
+        want, want_worker, want_server = _reference_round([x.numpy() for x in xs], [s[0] for s in states],
+                                                          [s[1] for s in states], owned)
+        t = xs[rank].to(device)
+        pride.compressed_allreduce(t, worker, server)
+        got = t.cpu().numpy().astype(np.float64)
+        scale = np.abs(want).max() + 1
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * scale, err_msg=f"round {rnd}")
+        np.testing.assert_allclose(worker.cpu().numpy(), want_worker[rank], rtol=1e-5, atol=1e-5 * scale)
+        np.testing.assert_allclose(server.cpu().numpy(), want_server[rank], rtol=1e-5, atol=1e-5 * scale)
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, t.cpu().numpy().tobytes())
+        assert all(b == everyone[0] for b in everyone), f"round {rnd}: ranks got different bits"
+    traffic = pride.stats()["per_algorithm"]["onebit_direct"]
+    assert traffic["calls"] == rounds
+    # 2(N-1)/N bits per element plus a scale per message (8 bytes each, words rounded up).
+    expected = rounds * 2 * (world_size - 1) * (numel / 8 / world_size + 8)
+    assert abs(traffic["bytes_sent"] - expected) <= rounds * 2 * (world_size - 1) * 16, (traffic, expected)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size,numel", [(2, 1000), (3, 4099), (4, 130)])
+def test_compressed_allreduce_matches_a_float64_reference(world_size, numel):
+    harness.run(_compressed_allreduce_worker, world_size, numel, 3, "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compressed_allreduce_cuda_tensors_match_the_reference():
+    harness.run(_compressed_allreduce_worker, 2, 5000, 3, "cuda")
+
+
+def _bad_arguments_worker(rank, world_size, store_path):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    t = torch.ones(100)
+    server_numel = pride.compressed_allreduce_server_numel(100)
+    with pytest.raises(TypeError, match="float32"):
+        pride.compressed_allreduce(t.double(), torch.zeros(100), torch.zeros(server_numel))
+    with pytest.raises(ValueError, match="worker_error has 99"):
+        pride.compressed_allreduce(t, torch.zeros(99), torch.zeros(server_numel))
+    with pytest.raises(ValueError, match="compressed_allreduce_server_numel"):
+        pride.compressed_allreduce(t, torch.zeros(100), torch.zeros(server_numel + 1))
+    pride.compressed_allreduce(t, torch.zeros(100), torch.zeros(server_numel))  # the group still works
+    dist.destroy_process_group()
+
+
+def test_compressed_allreduce_refuses_bad_arguments_before_sending():
+    harness.run(_bad_arguments_worker, 2)
+
+
+# ---- The optimizers -----------------------------------------------------------------------------
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def _batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(32, 8, generator=g)
+    target = torch.linspace(-1, 1, 8).unsqueeze(1)
+    return x, x @ target + 0.05 * torch.randn(32, 1, generator=g)
+
+
+def _loss(model, rank, step):
+    x, y = _batch(rank, step)
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def _make(kind, params, **kw):
+    import pride
+
+    if kind == "onebit":
+        return pride.optim.OneBitAdam(params, lr=1e-2, **kw)
+    return pride.optim.ZeroOneAdam(params, lr=1e-2, **kw)
+
+
+def _train(model, opt, rank, steps, first=0):
+    losses = []
+    for step in range(first, first + steps):
+        opt.zero_grad()
+        loss = _loss(model, rank, step)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _params_bytes(model):
+    return b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+
+
+def _warmup_is_adamw_worker(rank, world_size, store_path, kind):
+    harness.init_group(rank, world_size, store_path)
+    model = _model()
+    kw = dict(freeze_step=50) if kind == "onebit" else dict(var_freeze_step=50, var_update_scaler=1000)
+    opt = _make(kind, model.parameters(), bias_correction=True, weight_decay=0.1, **kw)
+    # The oracle: torch's AdamW on the mean of every rank's gradient, computed here from every rank's data.
+    reference = _model()
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    for step in range(20):
+        opt.zero_grad()
+        _loss(model, rank, step).backward()
+        opt.step()
+        grads = []
+        for r in range(world_size):
+            reference.zero_grad()
+            _loss(reference, r, step).backward()
+            grads.append([p.grad.clone() for p in reference.parameters()])
+        for p, *gs in zip(reference.parameters(), *grads):
+            total = gs[0].clone()
+            for g in gs[1:]:
+                total += g
+            p.grad = total / world_size
+        ref_opt.step()
+        for a, b in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"step {step}")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_full_precision_steps_are_torch_adamw_on_the_mean_gradient(kind):
+    # 1-bit Adam's warm-up, and 0/1 Adam's variance steps (every step while the interval stays 1).
+    harness.run(_warmup_is_adamw_worker, 2, kind)
+
+
+def _replicas_worker(rank, world_size, store_path, kind):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    model = _model()
+    if kind == "onebit":
+        opt = _make(kind, model.parameters(), freeze_step=10)
+    else:
+        opt = _make(kind, model.parameters(), var_freeze_step=30, var_update_scaler=4, local_step_scaler=10,
+                    local_step_clipper=4)
+    pride.reset_stats()
+    schedule = []
+    losses = []
+    for step in range(80):
+        if kind == "zeroone":
+            schedule.append(opt.next_step_communicates())
+        losses += _train(model, opt, rank, 1, first=step)
+        synced = kind == "onebit" or schedule[-1] != "none"
+        if synced:
+            everyone = [None] * world_size
+            dist.all_gather_object(everyone, _params_bytes(model))
+            assert all(b == everyone[0] for b in everyone), f"step {step}: replicas differ"
+    first, last = np.mean(losses[:10]), np.mean(losses[-10:])
+    assert last < 0.7 * first, (first, last)
+    calls = pride.stats()["per_algorithm"].get("onebit_direct", {}).get("calls", 0)
+    if kind == "onebit":
+        assert calls == 70  # every step after the 10 warm-up steps
+    else:
+        assert schedule.count("1bit") == calls
+        # Variance steps at intervals 1, 2, 4, 8 (4 each), then local steps whose interval doubles
+        # every 10 steps up to 4.
+        full = [i + 1 for i, s in enumerate(schedule) if s == "full"]
+        assert full == [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 28], full
+        syncs = [i + 1 for i, s in enumerate(schedule[30:], start=30) if s == "1bit"]
+        assert syncs[:10] == list(range(31, 41)) and syncs[10:15] == [42, 44, 46, 48, 50], syncs
+        assert all(b - a == 4 for a, b in zip(syncs[-5:], syncs[-4:])), syncs
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_replicas_stay_identical_and_the_loss_falls(kind):
+    harness.run(_replicas_worker, 3, kind)
+
+
+def _resume_worker(rank, world_size, store_path, kind):
+    harness.init_group(rank, world_size, store_path)
+    kw = dict(freeze_step=5) if kind == "onebit" else dict(var_freeze_step=12, var_update_scaler=2,
+                                                           local_step_scaler=5, local_step_clipper=4)
+    straight = _model()
+    opt = _make(kind, straight.parameters(), **kw)
+    _train(straight, opt, rank, 40)
+
+    first = _model()
+    opt = _make(kind, first.parameters(), **kw)
+    _train(first, opt, rank, 17)  # mid-way through an interval
+    model_bytes, opt_bytes = io.BytesIO(), io.BytesIO()
+    torch.save(first.state_dict(), model_bytes)
+    torch.save(opt.state_dict(), opt_bytes)
+    del first, opt
+    model_bytes.seek(0)
+    opt_bytes.seek(0)
+    resumed = _model(seed=99)
+    resumed.load_state_dict(torch.load(model_bytes))
+    opt = _make(kind, resumed.parameters(), **kw)
+    opt.load_state_dict(torch.load(opt_bytes))
+    _train(resumed, opt, rank, 23, first=17)
+    assert _params_bytes(resumed) == _params_bytes(straight), "resume differs from the uninterrupted run"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_saving_and_loading_each_ranks_state_resumes_exactly(kind):
+    harness.run(_resume_worker, 2, kind)
+
+
+def test_optimizers_refuse_bad_settings():
+    import pride
+
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    with pytest.raises(ValueError, match="freeze_step"):
+        pride.optim.OneBitAdam(p, freeze_step=0)
+    with pytest.raises(ValueError, match="local_step_clipper"):
+        pride.optim.ZeroOneAdam(p, local_step_clipper=0)
+    with pytest.raises(TypeError, match="float32"):
+        pride.optim.OneBitAdam([torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))])
+
+
+def test_one_process_runs_both_phases():
+    import pride
+
+    for make in (lambda ps: pride.optim.OneBitAdam(ps, lr=1e-2, freeze_step=5),
+                 lambda ps: pride.optim.ZeroOneAdam(ps, lr=1e-2, var_freeze_step=5, local_step_scaler=3)):
+        model = _model()
+        opt = make(model.parameters())
+        losses = _train(model, opt, 0, 60)
+        assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10])
