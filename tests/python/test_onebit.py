@@ -280,3 +280,56 @@ def test_one_process_runs_both_phases():
         opt = make(model.parameters())
         losses = _train(model, opt, 0, 60)
         assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10])
+
+
+# ---- The DDP communication hook ------------------------------------------------------------------
+
+def _ddp_hook_worker(rank, world_size, store_path):
+    import pride
+    from torch.nn.parallel import DistributedDataParallel
+
+    harness.init_group(rank, world_size, store_path)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(300, 7, bias=False)  # one parameter: the bucket is its gradient
+    model = DistributedDataParallel(layer)
+    state = pride.ddp_hooks.OneBitHookState(start_iter=2)
+    model.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    numel = layer.weight.numel()
+    sizes = [None] * world_size
+    dist.all_gather_object(sizes, pride.compressed_allreduce_server_numel(numel))
+    owned = [(sum(sizes[:j]), sizes[j]) for j in range(world_size)]
+    worker, server = [np.zeros(numel)] * world_size, [np.zeros(s) for s in sizes]
+    for it in range(6):
+        x = torch.randn(16, 300, generator=torch.Generator().manual_seed(10 * it + rank))
+        # Every rank's local gradient, for the oracle: the same model on every rank's batch.
+        local = []
+        for r in range(world_size):
+            xr = torch.randn(16, 300, generator=torch.Generator().manual_seed(10 * it + r))
+            w = layer.weight.detach().clone().requires_grad_()
+            (xr @ w.t()).square().mean().backward()
+            local.append(w.grad.reshape(-1).numpy())
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        got = layer.weight.grad.reshape(-1).numpy().astype(np.float64)
+        if it < 2:  # warm-up: DDP's own float32 mean
+            np.testing.assert_allclose(got, np.mean(local, axis=0), rtol=1e-5, atol=1e-7)
+        else:
+            want, worker, server = _reference_round(local, worker, server, owned)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max(), err_msg=f"iter {it}")
+            # The oracle keeps its own float64 errors; the hook's are float32. Close is what is defined.
+            np.testing.assert_allclose(state.errors[0][0].numpy(), worker[rank], rtol=1e-4, atol=1e-5)
+        opt.step()
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, layer.weight.detach().numpy().tobytes())
+        assert all(b == everyone[0] for b in everyone), f"iter {it}: replicas differ"
+    assert pride.stats()["per_algorithm"]["onebit_direct"]["calls"] == 4
+    saved = state.state_dict()
+    restored = pride.ddp_hooks.OneBitHookState()
+    restored.load_state_dict(saved)
+    assert restored.iter == 6 and torch.equal(restored.errors[0][1], state.errors[0][1])
+    dist.destroy_process_group()
+
+
+def test_ddp_onebit_hook_gives_the_compressed_mean():
+    harness.run(_ddp_hook_worker, 3)
