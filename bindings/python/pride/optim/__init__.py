@@ -2,7 +2,8 @@
 1-bit compressed allreduce."""
 
 from .distributed_lion import DistributedLion
+from .lion_cub import MomentumSync
 from .onebit_adam import OneBitAdam
 from .zero_one_adam import ZeroOneAdam
 
-__all__ = ["DistributedLion", "OneBitAdam", "ZeroOneAdam"]
+__all__ = ["DistributedLion", "MomentumSync", "OneBitAdam", "ZeroOneAdam"]

@@ -12,6 +12,8 @@ from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 from .. import _C
 from .. import ddp_hooks
 from ..collectives import _not_a_member
+from . import lion_cub
+from .lion_cub import MomentumSync
 
 _log = logging.getLogger("pride")
 
@@ -60,6 +62,14 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     optimizer does so itself for a DDP model holding its parameters that has no communication hook,
     and warns once, with the cost, when it cannot (the model has a hook of its own).
 
+    Lion Cub's options (Ishikawa et al., arXiv 2411.16462; pride/optim/lion_cub.py):
+    ``aggregation="int8"`` is its "p-bit allreduce": each rank's ``quantization`` of c — "sign" (sign(c),
+    the same vote as the default 1-bit path, at 8 bits per element instead of ≤ 2) or "l1"/"l0"/"linf"
+    (c scaled by its tensor's mean/geometric-mean/max magnitude to ⌊127/N⌋ levels: a vote weighted by
+    magnitude) — is summed by an int8 ring allreduce and Δ = sign(sum) (or sum/N in mode "mean" with
+    "sign"). ``momentum_sync=MomentumSync(every=K | doubling_k=k, until=None, params=None)`` averages the
+    chosen parameters' momenta over the ranks in float32 after the scheduled steps.
+
     Uneven inputs: the optimizer is a Joinable. Under ``torch.distributed.algorithms.join.Join([ddp_model,
     opt])`` a rank that ran out of data shadows the others' steps: it abstains in every vote (a missing
     gradient, above), so the ranks still training vote alone, replicas stay identical, and the joined
@@ -67,7 +77,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     """
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
-                 votes="exact", bucket_mb=None):
+                 votes="exact", bucket_mb=None, aggregation="bits", quantization="sign", momentum_sync=None):
         if not lr >= 0.0:
             raise ValueError(f"DistributedLion: invalid learning rate {lr}")
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
@@ -80,7 +90,25 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             raise ValueError(f"DistributedLion: votes must be 'exact', 'binary' or 'ternary', got {votes!r}")
         if bucket_mb is not None and not bucket_mb > 0:
             raise ValueError(f"DistributedLion: bucket_mb must be positive, got {bucket_mb}")
+        if aggregation not in lion_cub.AGGREGATIONS:
+            raise ValueError(f"DistributedLion: aggregation must be one of {lion_cub.AGGREGATIONS}, got {aggregation!r}")
+        if quantization not in lion_cub.QUANTIZATIONS:
+            raise ValueError(f"DistributedLion: quantization must be one of {lion_cub.QUANTIZATIONS}, got "
+                             f"{quantization!r}")
+        if quantization != "sign" and (aggregation != "int8" or mode != "vote"):
+            raise ValueError(f"DistributedLion: quantization={quantization!r} sends several levels per element: it "
+                             "needs aggregation='int8' and mode='vote' (Lion Cub applies the sign of the sum)")
+        if aggregation == "int8" and mode == "global":
+            raise ValueError("DistributedLion: aggregation='int8' sums the ranks' updates; mode='global' sends "
+                             "gradients instead")
+        if momentum_sync is not None and not isinstance(momentum_sync, MomentumSync):
+            raise TypeError(f"DistributedLion: momentum_sync must be a pride.optim.MomentumSync, got "
+                            f"{type(momentum_sync).__name__}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
+        self.aggregation = aggregation
+        self.quantization = quantization
+        self.momentum_sync = momentum_sync
+        self.steps = 0  # steps taken (the momentum-sync schedule counts them; saved in state_dict)
         self.mode = mode
         self.group = group
         self.votes = votes
@@ -100,12 +128,14 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         """torch's optimizer state dict, plus which rank of how many saved it (this rank's momentum)."""
         state = super().state_dict()
         rank, world = self._rank_and_world()
-        state["pride"] = {"rank": rank, "world_size": world}
+        state["pride"] = {"rank": rank, "world_size": world, "steps": self.steps}
         return state
 
     def load_state_dict(self, state_dict):
         state_dict = dict(state_dict)
         saved = state_dict.pop("pride", None)
+        if saved is not None:
+            self.steps = saved.get("steps", 0)
         rank, world = self._rank_and_world()
         if saved is not None and world > 1 and saved.get("rank") != rank:
             _log.warning(
@@ -124,7 +154,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         params = [p for group in self.param_groups for p in group["params"]]
         momenta = {str(i): self._momentum(p) for i, p in enumerate(params)}  # zeros until a first step
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"param_groups": groups, "world_size": world, "momentum": {f"rank{rank}": momenta}}
+        return {"param_groups": groups, "world_size": world, "steps": self.steps, "momentum": {f"rank{rank}": momenta}}
 
     def load_sharded_state_dict(self, state_dict):
         rank, world = self._rank_and_world()
@@ -142,6 +172,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             self._momentum(p).copy_(momenta[str(i)])
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update(saved)
+        self.steps = int(state_dict.get("steps", 0))
 
     # ---- Joinable (torch.distributed.algorithms.join) ----
     def join_hook(self, **kwargs):
@@ -237,7 +268,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             params = tuple((tuple(p.shape), str(p.dtype).replace("torch.", ""), p.device.type) for p in group["params"])
             hyper = (float(group["lr"]), tuple(float(b) for b in group["betas"]), float(group["weight_decay"]))
             groups.append((params, hyper))
-        return (self.mode, self.votes, self.bucket_mb, tuple(groups))
+        return (self.mode, self.votes, self.bucket_mb, tuple(groups), self.aggregation, self.quantization,
+                self.momentum_sync.describe(self._all_params()) if self.momentum_sync else None)
 
     @staticmethod
     def _digest(layout):
@@ -271,7 +303,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         backend = self._backend() if self.mode != "global" else None
         layout = self._layout()
         digest = self._digest(layout)
-        if self.mode == "global" and self._distributed():
+        if (self.mode == "global" or self.aggregation == "int8") and self._distributed():
             self._check_layout_global(layout, digest)
         for group in self.param_groups:
             # The layout comes from the parameter list, not from which gradients exist: a parameter
@@ -286,6 +318,13 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                 by_dtype.setdefault((p.device, p.dtype), []).append(p)
             for (device, dtype), params in by_dtype.items():
                 grads = [None if p.grad is None or shadow else p.grad.contiguous() for p in params]
+                if self.aggregation == "int8":
+                    # Lion Cub's p-bit allreduce: quantized c summed in int8 (lion_cub.py).
+                    momenta = [self._momentum(p) if g is not None else None for p, g in zip(params, grads)]
+                    lion_cub.int8_step(params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
+                                       float(group["betas"][1]), float(group["weight_decay"]), self.mode,
+                                       self.quantization, self.group)
+                    continue
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
                     grads = self._averaged(grads, params)
@@ -299,6 +338,13 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     self._bucket_elements(device, dtype), digest, self._workspace(device, dtype))
                 if not agreed:
                     self._raise_layout_mismatch(layout)
+        self.steps += 1
+        if self.momentum_sync is not None and self._distributed() and self.momentum_sync.due(self.steps):
+            params = [p for group in self.param_groups for p in group["params"]]
+            lion_cub.average_momenta([self._momentum(p) for p in self.momentum_sync.selected(params)], self.group)
+
+    def _all_params(self):
+        return [p for group in self.param_groups for p in group["params"]]
 
     def _momentum(self, p):
         """p's momentum, created (zeros) the first time p has a gradient to step with."""
@@ -353,8 +399,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
 
 def _first_difference(layouts):
     """Where the gathered layouts first differ, in words: parameter index and shape, or the setting."""
-    names = ("mode", "votes", "bucket_mb")
-    for i, name in enumerate(names):
+    names = {0: "mode", 1: "votes", 2: "bucket_mb", 4: "aggregation", 5: "quantization", 6: "momentum_sync"}
+    for i, name in names.items():
         values = {r: lay[i] for r, lay in enumerate(layouts)}
         if len(set(values.values())) > 1:
             return f"{name}: " + ", ".join(f"rank {r} {v!r}" for r, v in values.items())

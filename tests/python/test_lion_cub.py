@@ -1,0 +1,162 @@
+"""Lion Cub's options of DistributedLion: the p-bit (int8) allreduce against pride's 1-bit vote and
+against the authors' quantization formula re-computed here with numpy, and the momentum-sync
+schedules against the authors' calculate_Tv loop."""
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import distributed_harness as harness
+
+
+def _grads(rank, step, shapes, dtype):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    out = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    out[0].view(-1)[:5] = 0.0  # exact zeros abstain in both paths
+    return out
+
+
+SHAPES = [(37, 50), (1290,), (3, 3, 70)]  # large enough that the int8 sum is not folded into the call check
+
+
+def _int8_sign_equals_vote_worker(rank, world_size, store_path, mode, dtype):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    torch.manual_seed(0)
+    a = [torch.nn.Parameter(torch.randn(s).to(dtype)) for s in SHAPES]
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    bits = pride.optim.DistributedLion(a, lr=0.01, weight_decay=0.1, mode=mode)
+    int8 = pride.optim.DistributedLion(b, lr=0.01, weight_decay=0.1, mode=mode, aggregation="int8")
+    traffic = {}
+    for name, opt, params in (("bits", bits, a), ("int8", int8, b)):
+        pride.reset_stats()
+        for step in range(6):
+            for p, g in zip(params, _grads(rank, step, SHAPES, dtype)):
+                p.grad = g
+            opt.step()
+        traffic[name] = pride.stats()["bytes_sent"]
+    for x, y in zip(a, b):
+        assert torch.equal(x, y), "the int8 sum of signs and the 1-bit vote gave different parameters"
+    numel = sum(int(np.prod(s)) for s in SHAPES)
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, traffic)
+    total = {k: sum(t[k] for t in everyone) for k in traffic}
+    # int8 ring: 2(N-1)/N bytes per element per step on average over the ranks (plus a layout check);
+    # the 1-bit path (ternary here: the zeros make buckets go ternary) well under half of it.
+    assert total["int8"] >= 6 * 2 * (world_size - 1) * numel, total
+    assert total["bits"] < total["int8"] / 2, total
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size,mode,dtype", [(3, "vote", torch.float32), (4, "vote", torch.bfloat16),
+                                                   (4, "mean", torch.float32)])
+def test_int8_sum_of_signs_is_the_one_bit_vote_bit_for_bit(world_size, mode, dtype):
+    harness.run(_int8_sign_equals_vote_worker, world_size, mode, dtype)
+
+
+def _authors_q(c, s, kind):
+    """Lion Cub's code (mean_signlion.py, lioncub_8bit_l0.py, lioncub_8bit_linf.py) in numpy."""
+    a = np.abs(c)
+    scale = {"l1": a.mean(), "l0": np.exp(np.log(a + 1e-12).mean()), "linf": a.max()}[kind]
+    return np.clip(np.round(c / scale * s / 2), -s, s)
+
+
+def _l1_worker(rank, world_size, store_path, kind):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in SHAPES]
+    opt = pride.optim.DistributedLion(params, lr=0.01, betas=(0.9, 0.99), aggregation="int8", quantization=kind)
+    s = 127 // world_size
+    momenta = [[np.zeros(p.numel(), dtype=np.float32) for p in params] for _ in range(world_size)]
+    x = [p.detach().numpy().reshape(-1).copy() for p in params]
+    for step in range(4):
+        everyone = [_grads(r, step, SHAPES, torch.float32) for r in range(world_size)]
+        for p, g in zip(params, everyone[rank]):
+            p.grad = g
+        opt.step()
+        for i in range(len(params)):
+            total = np.zeros(params[i].numel())
+            for r in range(world_size):
+                g = everyone[r][i].numpy().reshape(-1)
+                m = momenta[r][i]
+                c = (m * np.float32(0.9)).astype(np.float32) + (g * np.float32(1 - 0.9)).astype(np.float32)
+                total += _authors_q(c.astype(np.float64), s, kind)
+                momenta[r][i] = (m * np.float32(0.99)).astype(np.float32) + (g * np.float32(1 - 0.99)).astype(np.float32)
+            x[i] = (x[i] - np.float32(0.01) * np.sign(total).astype(np.float32)).astype(np.float32)
+            np.testing.assert_array_equal(params[i].detach().numpy().reshape(-1), x[i], err_msg=f"step {step}")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["l1", "l0", "linf"])
+def test_quantized_vote_matches_the_authors_formula(kind):
+    harness.run(_l1_worker, 3, kind)
+
+
+def _calculate_tv(iters, k):
+    """The authors' utils/sync.py schedule, as a loop."""
+    tv, j = [0], 0
+    while tv[-1] + 2 ** (j / k) <= iters:
+        tv.append(int(tv[-1] + 2 ** (j / k)))
+        j += 1
+    return tv
+
+
+def test_momentum_sync_schedules():
+    from pride.optim import MomentumSync
+
+    for k in (1, 4, 16):
+        sync = MomentumSync(doubling_k=k)
+        due = [t for t in range(1, 20001) if sync.due(t)]
+        assert due == _calculate_tv(20000, k)[1:], k
+    assert sum(MomentumSync(doubling_k=16).due(t) for t in range(1, 100001)) == len(_calculate_tv(100000, 16)) - 1 == 193
+    assert [t for t in range(1, 31) if MomentumSync(every=7, until=20).due(t)] == [7, 14]
+    with pytest.raises(ValueError, match="exactly one"):
+        MomentumSync()
+    with pytest.raises(ValueError, match="until"):
+        MomentumSync(every=2, until=0)
+
+
+def _momentum_sync_worker(rank, world_size, store_path):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in SHAPES]
+    sync = pride.optim.MomentumSync(every=3, params=[params[0], params[2]])
+    opt = pride.optim.DistributedLion(params, lr=0.01, momentum_sync=sync)
+    for step in range(6):
+        for p, g in zip(params, _grads(rank, step, SHAPES, torch.float32)):
+            p.grad = g
+        opt.step()
+        momenta = [opt.state[p]["exp_avg"].clone() for p in params]
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, [m.numpy().tobytes() for m in momenta])
+        same = [all(g[i] == gathered[0][i] for g in gathered) for i in range(len(params))]
+        if (step + 1) % 3 == 0:
+            assert same == [True, False, True], (step, same)  # the selected ones are averaged, the others not
+        else:
+            assert same == [False, False, False], (step, same)
+    assert opt.state_dict()["pride"]["steps"] == 6
+    dist.destroy_process_group()
+
+
+def test_momentum_sync_averages_the_selected_momenta():
+    harness.run(_momentum_sync_worker, 3)
+
+
+def test_lion_cub_options_refuse_bad_combinations():
+    import pride
+
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    with pytest.raises(ValueError, match="aggregation='int8'"):
+        pride.optim.DistributedLion(p, quantization="l1")
+    with pytest.raises(ValueError, match="mode='global'"):
+        pride.optim.DistributedLion(p, aggregation="int8", mode="global")
+    with pytest.raises(ValueError, match="quantization"):
+        pride.optim.DistributedLion(p, aggregation="int8", quantization="l2")
+    with pytest.raises(TypeError, match="MomentumSync"):
+        pride.optim.DistributedLion(p, momentum_sync={"every": 2})
