@@ -18,6 +18,14 @@ downloaded):
                 then plain Lion
   G-AdamW       torch.optim.AdamW on gradients averaged by an fp32 allreduce
 
+and the other seed papers' optimizers (issue 16):
+
+  D-Lion Cub    DistributedLion(aggregation="int8", quantization="l1", momentum_sync=MomentumSync(
+                doubling_k=16)): Lion Cub's L1-quantized p-bit allreduce and momentum synchronisation
+  1-bit Adam    pride.optim.OneBitAdam: float32 warm-up for 15% of the steps, then 1-bit momentum
+  0/1 Adam      pride.optim.ZeroOneAdam: variance frozen at 15% of the steps, then local steps with
+                1-bit synchronisations (interval doubling every 10% of the steps, at most 16)
+
 and reports the final metric, the bytes each worker sends per training step (from
 pride.stats()) and the time per step, in OUT/results.md, OUT/results.json and PNG plots.
 
@@ -51,8 +59,16 @@ import torch.nn.functional as F
 import pride  # registers the "pride" torch.distributed backend
 from pride.optim import DistributedLion
 
-CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "G-Lion", "G-AdamW"]
-LION_MODE = {"D-Lion MaVo": "vote", "D-Lion Avg": "mean", "G-Lion": "global"}
+CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "D-Lion Cub", "G-Lion", "1-bit Adam", "0/1 Adam", "G-AdamW"]
+LION_MODE = {"D-Lion MaVo": "vote", "D-Lion Avg": "mean", "D-Lion Cub": "vote", "G-Lion": "global"}
+# The schedules of 1-bit Adam's warm-up and 0/1 Adam's variance freeze, as a fraction of the run
+# (a run is far shorter than the papers' 100k+ steps; 15% is the warm-up behind DeepSpeed's 5x).
+ADAM_FREEZE_FRACTION = 0.15
+# 1-bit and 0/1 Adam here use bias correction (a run of a few hundred steps is too short for
+# DeepSpeed's uncorrected variance) and eps 1e-4: weights fed by pixels that are almost always 0 have a
+# variance near 0, the compressed momentum is ±scale on every element, and at eps 1e-8 the first
+# compressed step moves them by ~10^4·lr and the run diverges (docs/design.md).
+ONEBIT_ADAM_OPTIONS = dict(bias_correction=True, eps=1e-4)
 BASELINE = "G-AdamW"  # bytes are compared against it
 REFERENCE = "G-Lion"  # accuracy is compared against it (SPEC §5)
 
@@ -91,6 +107,9 @@ def parse_args(argv=None):
                    help="DistributedLion's votes for D-Lion: exact (sign(0) = 0; a bucket goes as ternary votes "
                         "whenever some rank has an exactly-zero update in it, e.g. the weights of dead ReLU units), "
                         "binary (1 bit per element; a zero votes -1) or ternary")
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help=f"comma-separated configurations to train (default all: {', '.join(CONFIGS)}); "
+                        f"G-Lion and G-AdamW are always included (the report compares against them)")
     p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather", "hier"],
                    help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers). direct is the "
                         "bandwidth-optimal one (SPEC §4), what a bandwidth-bound multi-host job uses; "
@@ -117,6 +136,11 @@ def parse_args(argv=None):
     if args.quick:
         args.workers, args.epochs, args.width, args.seeds = 2, 1, 8, 1
         args.lm_steps, args.lm_evals, args.lm_layers, args.lm_dim, args.lm_context, args.lm_megabytes = 20, 2, 1, 64, 32, 0.5
+    chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        p.error(f"--configs: unknown {unknown}; choose from {CONFIGS}")
+    args.configs = [c for c in CONFIGS if c in chosen or c in (BASELINE, REFERENCE)]
     if args.lion_lr is None:
         args.lion_lr = 1e-3 if args.task == "digits" else 3e-4
     if args.adamw_lr is None:
@@ -348,13 +372,24 @@ class GradientAllreduce:
             g.copy_(avg.view_as(g))
 
 
-def make_optimizer(config, model, args, world):
+def make_optimizer(config, model, args, world, total_steps):
     """(optimizer, hook run between backward and step or None)."""
     if config == BASELINE:
         opt = torch.optim.AdamW(model.parameters(), lr=args.adamw_lr, weight_decay=args.adamw_wd)
         return opt, GradientAllreduce(model.parameters(), world)
+    freeze = max(1, round(ADAM_FREEZE_FRACTION * total_steps))
+    if config == "1-bit Adam":  # these communicate inside step()
+        return pride.optim.OneBitAdam(model.parameters(), lr=args.adamw_lr, weight_decay=args.adamw_wd,
+                                      freeze_step=freeze, **ONEBIT_ADAM_OPTIONS), None
+    if config == "0/1 Adam":
+        return pride.optim.ZeroOneAdam(model.parameters(), lr=args.adamw_lr, weight_decay=args.adamw_wd,
+                                       var_freeze_step=freeze, local_step_scaler=max(1, total_steps // 10),
+                                       **ONEBIT_ADAM_OPTIONS), None
+    cub = {}
+    if config == "D-Lion Cub":
+        cub = dict(aggregation="int8", quantization="l1", momentum_sync=pride.optim.MomentumSync(doubling_k=16))
     opt = DistributedLion(model.parameters(), lr=args.lion_lr, weight_decay=args.lion_wd,
-                          mode=LION_MODE[config], votes=args.lion_votes)
+                          mode=LION_MODE[config], votes=args.lion_votes, **cub)
     return opt, None  # DistributedLion communicates inside step()
 
 
@@ -367,9 +402,9 @@ def train_config(config, seed, task, args, rank, world, device):
     torch.manual_seed(seed)
     model = task.model().to(device)
     pride.broadcast_parameters(model.state_dict(), root_rank=0)  # identical start on every rank
-    opt, before_step = make_optimizer(config, model, args, world)
     steps_per_round = task.steps_per_round(world)
     total_steps = steps_per_round * task.rounds()
+    opt, before_step = make_optimizer(config, model, args, world, total_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / total_steps)))
     warmup = min(5, total_steps // 2)  # first steps pay for allocations and connection set-up
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -460,7 +495,7 @@ def worker(rank, world, store_path, args, results):
         runs = []
         for seed in range(args.seeds):
             task = make_task(args, seed, device)
-            for config in CONFIGS:
+            for config in args.configs:
                 combined = combine_ranks(train_config(config, seed, task, args, rank, world, device))
                 if rank == 0:
                     runs.append({"seed": seed, "config": config, **combined})
@@ -525,10 +560,10 @@ def collect(procs, results, timeout):
 # Report: results.json, results.md, plots
 
 
-def summarize(runs):
+def summarize(runs, configs):
     """Per config: mean and std over seeds of the metric, bytes and time, and the curves averaged over seeds."""
     summary = {}
-    for config in CONFIGS:
+    for config in configs:
         mine = [r for r in runs if r["config"] == config]
         metric = torch.tensor([r["final_metric"] for r in mine], dtype=torch.float64)
         summary[config] = {
@@ -552,7 +587,7 @@ def check_targets(summary, task_name):
     1.5 accuracy points, SPEC §5; lm: validation loss within 5% of G-Lion's), and the bytes."""
     ref = summary[REFERENCE]["metric_mean"]
     rows = []
-    for config in ("D-Lion MaVo", "D-Lion Avg"):
+    for config in [c for c in ("D-Lion MaVo", "D-Lion Avg") if c in summary]:
         value = summary[config]["metric_mean"]
         if task_name == "digits":
             gap = value - ref
@@ -562,7 +597,7 @@ def check_targets(summary, task_name):
             rel = (value - ref) / ref
             rows.append((f"{config} validation loss within {LM_LOSS_TOLERANCE:.0%} of {REFERENCE}",
                          f"{rel:+.1%}", rel <= LM_LOSS_TOLERANCE))
-    for config in ("D-Lion MaVo", "D-Lion Avg"):
+    for config in [c for c in ("D-Lion MaVo", "D-Lion Avg") if c in summary]:
         red = summary[config]["bytes_reduction_vs_baseline"]
         rows.append((f"{config} bytes/step ≥ {BYTES_REDUCTION_TARGET:g}× fewer than {BASELINE}",
                      f"{red:.1f}×", red >= BYTES_REDUCTION_TARGET))
@@ -658,7 +693,7 @@ def write_plots(out, summary, args, metric_name):
 
 def report(runs, args, wall_s):
     os.makedirs(args.out, exist_ok=True)
-    summary = summarize(runs)
+    summary = summarize(runs, args.configs)
     targets = check_targets(summary, args.task)
     command = "python " + shlex.join(sys.argv)
     machine = machine_description()
@@ -688,7 +723,8 @@ def main(argv=None):
     print(f"wrote {args.out}/results.md, results.json, {METRIC_PLOT[args.task]}, loss.png, bytes.png")
     for config, s in summary.items():
         if s["replica_max_abs_diff"] != 0.0:
-            print(f"warning: {config}: replicas differ by up to {s['replica_max_abs_diff']:.3g}")
+            why = " (0/1 Adam's local steps: replicas are equal only at its synchronisations)" if config == "0/1 Adam" else ""
+            print(f"warning: {config}: replicas differ by up to {s['replica_max_abs_diff']:.3g}{why}")
     return 0
 
 

@@ -333,3 +333,25 @@ def _ddp_hook_worker(rank, world_size, store_path):
 
 def test_ddp_onebit_hook_gives_the_compressed_mean():
     harness.run(_ddp_hook_worker, 3)
+
+
+def test_elements_without_variance_take_no_compressed_step():
+    # Inputs whose first four features are always 0: those weights never get a gradient, their variance
+    # stays 0, and the compressed momentum (±scale everywhere) would move them by scale/eps.
+    import pride
+
+    for make in (lambda ps: pride.optim.OneBitAdam(ps, lr=1e-2, freeze_step=3),
+                 lambda ps: pride.optim.ZeroOneAdam(ps, lr=1e-2, var_freeze_step=3, local_step_scaler=2)):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(8, 1)
+        start = layer.weight.detach().clone()
+        opt = make(layer.parameters())
+        for step in range(20):
+            x, y = _batch(0, step)
+            x[:, :4] = 0
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(layer(x), y).backward()
+            opt.step()
+        assert torch.isfinite(layer.weight).all()
+        assert torch.equal(layer.weight[:, :4], start[:, :4])
+        assert not torch.equal(layer.weight[:, 4:], start[:, 4:])

@@ -161,9 +161,15 @@ class CompressedAdamBase(torch.optim.Optimizer):
         flat.div_(world)
         return [t.view_as(p) for t, p in zip(flat.split([p.numel() for p in g["params"]]), g["params"])]
 
-    def _compressed_mean(self, g, tensors):
+    def _compressed_mean(self, g, tensors, variances=None):
         """The ranks' mean of `tensors` (float32, one per parameter) through the 1-bit compressed
-        allreduce with the group's error feedback, written back into `tensors`."""
+        allreduce with the group's error feedback, written back into `tensors`.
+
+        Sign compression never yields 0, so an element that carries nothing gets ±scale. Where its
+        variance is exactly 0 (no gradient ever reached it on a variance step: an input pixel that is
+        always 0, a dead unit) Adam's update would be ±scale/eps and the parameter would blow up.
+        With ``mask_zero_variance`` (the default) those elements are zeroed after the allreduce:
+        DeepSpeed's ``exp_avg_mask``, derived from the variance, the same on every rank."""
         worker, server = self._errors(g)
         flat = torch.cat([t.reshape(-1) for t in tensors])
         _, world = self._world()
@@ -171,8 +177,10 @@ class CompressedAdamBase(torch.optim.Optimizer):
             compressed_allreduce(flat, worker, server, group=self.group)
         else:
             _compress_alone(flat, worker, server)
-        for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        for i, (t, part) in enumerate(zip(tensors, flat.split([t.numel() for t in tensors]))):
             t.copy_(part.view_as(t))
+            if variances is not None and g["mask_zero_variance"]:
+                t.mul_(variances[i] > 0)
 
     # ---- Adam's arithmetic, in torch.optim.AdamW's order (single-tensor path) ----
     @staticmethod

@@ -18,6 +18,10 @@ class OneBitAdam(CompressedAdamBase):
     momentum (not the gradient) compressed, one scale per parameter group (its flat buffer). Unlike
     DeepSpeed there is no hidden first step: ``freeze_step`` warm-up steps are exactly that many.
 
+    Elements whose frozen variance is exactly 0 (never a gradient in the warm-up) take no compressed
+    step (``mask_zero_variance``, DeepSpeed's exp_avg_mask derived automatically): the compressed
+    momentum is ±scale everywhere, and ±scale/eps would blow them up.
+
     The optimizer does its own communication: give it each rank's local gradients (under DDP,
     ``opt.attach(ddp_model)`` registers pride.ddp_hooks.local_gradients_hook). The error-feedback state
     is in ``state_dict()`` and is this rank's own: save every rank's state dict and load it on the same
@@ -27,12 +31,13 @@ class OneBitAdam(CompressedAdamBase):
     _name = "OneBitAdam"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100000,
-                 bias_correction=False, group=None):
+                 bias_correction=False, mask_zero_variance=True, group=None):
         if not (isinstance(freeze_step, int) and freeze_step >= 1):
             raise ValueError(f"OneBitAdam: freeze_step must be an int >= 1 (the variance is frozen after it; at 0 "
                              f"it would stay zero), got {freeze_step!r}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      freeze_step=freeze_step, bias_correction=bool(bias_correction), step=0),
+                                      freeze_step=freeze_step, bias_correction=bool(bias_correction),
+                                      mask_zero_variance=bool(mask_zero_variance), step=0),
                          group=group)
 
     def compressing(self, group_index=0):
@@ -51,7 +56,7 @@ class OneBitAdam(CompressedAdamBase):
         else:
             for (m, _), grad in zip(moments, self._local_grads(g)):
                 m.lerp_(grad, 1 - beta1)
-            self._compressed_mean(g, [m for m, _ in moments])
+            self._compressed_mean(g, [m for m, _ in moments], [v for _, v in moments])
         v_step = min(t, g["freeze_step"])
         for p, (m, v) in zip(g["params"], moments):
             self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t, v_step,

@@ -28,6 +28,9 @@ class ZeroOneAdam(CompressedAdamBase):
     synchronisation (p − u rounds differently on each rank). Between synchronisations each rank's
     parameters are its own, by design.
 
+    Elements whose variance is exactly 0 take no compressed step (``mask_zero_variance``, as in
+    OneBitAdam).
+
     The optimizer does its own communication (``attach(ddp_model)`` under DDP). Its error-feedback
     state, accumulators and schedules are in ``state_dict()``; save each rank's own to resume exactly.
     """
@@ -36,7 +39,7 @@ class ZeroOneAdam(CompressedAdamBase):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, var_freeze_step=100000,
                  var_update_scaler=16, local_step_scaler=32678, local_step_clipper=16, bias_correction=False,
-                 group=None):
+                 mask_zero_variance=True, group=None):
         for name, value, low in (("var_freeze_step", var_freeze_step, 1), ("var_update_scaler", var_update_scaler, 1),
                                  ("local_step_scaler", local_step_scaler, 1),
                                  ("local_step_clipper", local_step_clipper, 1)):
@@ -45,7 +48,8 @@ class ZeroOneAdam(CompressedAdamBase):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       var_freeze_step=var_freeze_step, var_update_scaler=var_update_scaler,
                                       local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper,
-                                      bias_correction=bool(bias_correction), step=0, var_interval=1,
+                                      bias_correction=bool(bias_correction), mask_zero_variance=bool(mask_zero_variance),
+                                      step=0, var_interval=1,
                                       var_counter=0, var_steps=0, frozen=False, local_step_interval=1,
                                       local_step_counter=0, lrs=0.0),
                          group=group)
@@ -83,7 +87,7 @@ class ZeroOneAdam(CompressedAdamBase):
             g["var_steps"] += 1
         else:
             grads = self._local_grads(g)
-            self._compressed_mean(g, grads)
+            self._compressed_mean(g, grads, [v for _, v in moments])
             for (m, _), grad in zip(moments, grads):
                 m.lerp_(grad, 1 - beta1)
         for p, (m, v) in zip(g["params"], moments):
@@ -122,7 +126,7 @@ class ZeroOneAdam(CompressedAdamBase):
         if sync:
             denoms = [v.sqrt().add_(eps) for _, _, v, _, _ in accumulators]
             steps = [acc.mul_(d) for (_, _, _, acc, _), d in zip(accumulators, denoms)]  # momentum units
-            self._compressed_mean(g, steps)
+            self._compressed_mean(g, steps, [v for _, _, v, _, _ in accumulators])
             for (p, m, v, acc, anchor), d in zip(accumulators, denoms):
                 if g["lrs"] > 0:  # the lr-weighted mean momentum of the ranks (lr 0: nothing moved)
                     m.copy_(acc).div_(-g["lrs"])
