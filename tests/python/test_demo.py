@@ -10,7 +10,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "examples", "distributed_lion_demo.py")
-CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "G-Lion", "G-AdamW"]
+CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "D-Lion Cub", "G-Lion", "1-bit Adam", "0/1 Adam", "G-AdamW"]
 
 
 def test_demo_quick_writes_results(tmp_path):
@@ -34,6 +34,15 @@ def test_demo_quick_writes_results(tmp_path):
         assert 0 < summary[config]["bytes_per_step"] < adamw_bytes / 10, (config, summary[config])
         # D-Lion's premise: every rank applies the same update, so the replicas stay identical.
         assert summary[config]["replica_max_abs_diff"] == 0.0, summary[config]
+    # The seed optimizers (issue 16): replicas identical wherever the algorithm synchronises every step.
+    for config in ("D-Lion Cub", "1-bit Adam"):
+        assert summary[config]["replica_max_abs_diff"] == 0.0, summary[config]
+    assert 0 < summary["1-bit Adam"]["bytes_per_step"] < adamw_bytes, summary["1-bit Adam"]
+
+
+def test_demo_configs_flag_picks_a_subset(tmp_path):
+    summary = _run_quick(tmp_path / "subset", "--configs", "1-bit Adam")
+    assert set(summary) == {"1-bit Adam", "G-Lion", "G-AdamW"}  # the references are always there
 
 
 def _run_quick(out, *extra):

@@ -64,3 +64,17 @@ def test_bench_vs_nccl_imports_and_refuses_a_machine_without_cuda():
     help_text = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_vs_nccl.py"), "--help"],
                                capture_output=True, text=True, timeout=60)
     assert help_text.returncode == 0 and "NCCL" in help_text.stdout, help_text.stdout
+
+
+def test_bench_onebit_adam_counts_volume_and_rounds(tmp_path):
+    out = run("bench_onebit_adam.py", "--ranks", "2", "--steps", "20", "--numel", "65536",
+              "--local-step-scaler", "5", "--json", str(tmp_path / "r.json"))
+    assert "1-bit Adam volume vs Adam" in out, out
+    configs = json.loads((tmp_path / "r.json").read_text())["configs"]
+    adam, onebit, zeroone = configs["Adam"], configs["1-bit Adam"], configs["0/1 Adam"]
+    # Adam: every step an fp32 ring allreduce, 2(N-1)/N x 4 = 4 bytes per parameter at 2 ranks.
+    assert abs(adam["bytes_sent"] / (20 * 65536) - 4.0) < 0.05, adam
+    assert adam["rounds"] == onebit["rounds"] == 20
+    # 1-bit Adam: 3 float32 warm-up steps (15% of 20), then 1/8 byte per parameter and step.
+    assert abs(onebit["bytes_sent"] - (3 * 4 + 17 / 8) * 65536) < 0.02 * onebit["bytes_sent"], onebit
+    assert zeroone["rounds"] < 20 and zeroone["bytes_sent"] < onebit["bytes_sent"], zeroone
