@@ -197,6 +197,7 @@ def _replicas_worker(rank, world_size, store_path, kind):
     pride.reset_stats()
     schedule = []
     losses = []
+    synced_params = []
     for step in range(80):
         if kind == "zeroone":
             schedule.append(opt.next_step_communicates())
@@ -206,6 +207,10 @@ def _replicas_worker(rank, world_size, store_path, kind):
             everyone = [None] * world_size
             dist.all_gather_object(everyone, _params_bytes(model))
             assert all(b == everyone[0] for b in everyone), f"step {step}: replicas differ"
+            synced_params.append(everyone[0])
+    # Every synchronised step moves the parameters (0/1 Adam's local steps too: a synchronisation that
+    # restored the last one's parameters would keep the replicas identical and train nothing).
+    assert all(a != b for a, b in zip(synced_params, synced_params[1:])), "a step left the parameters unchanged"
     first, last = np.mean(losses[:10]), np.mean(losses[-10:])
     assert last < 0.7 * first, (first, last)
     calls = pride.stats()["per_algorithm"].get("onebit_direct", {}).get("calls", 0)

@@ -141,13 +141,15 @@ class CompressedAdamBase(torch.optim.Optimizer):
         server.zero_()
 
     @staticmethod
-    def _local_grads(g):
-        """This rank's gradients as float32 (zeros where a parameter has none)."""
+    def _local_grads(g, copy=False):
+        """This rank's gradients as float32 (zeros where a parameter has none). Without ``copy`` a float32
+        gradient is returned as the tensor itself: the caller must not write to it."""
         out = []
         for p in g["params"]:
             if p.grad is not None and p.grad.is_sparse:
                 raise RuntimeError("pride's compressed Adam optimizers do not support sparse gradients")
-            out.append(torch.zeros_like(p, dtype=torch.float32) if p.grad is None else p.grad.float())
+            out.append(torch.zeros_like(p, dtype=torch.float32) if p.grad is None
+                       else p.grad.to(torch.float32, copy=copy))
         return out
 
     def _averaged_grads(self, g):

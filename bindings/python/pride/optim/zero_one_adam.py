@@ -86,7 +86,7 @@ class ZeroOneAdam(CompressedAdamBase):
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             g["var_steps"] += 1
         else:
-            grads = self._local_grads(g)
+            grads = self._local_grads(g, copy=True)  # the compressed mean is written into them
             self._compressed_mean(g, grads, [v for _, v in moments])
             for (m, _), grad in zip(moments, grads):
                 m.lerp_(grad, 1 - beta1)
@@ -118,7 +118,7 @@ class ZeroOneAdam(CompressedAdamBase):
         for p, (m, v), grad in zip(g["params"], moments, self._local_grads(g)):
             m.lerp_(grad, 1 - beta1)
             acc, anchor = self._accumulator(p)
-            before = p.detach().float()
+            before = p.detach().to(torch.float32, copy=True)  # .float() of a float32 tensor is the tensor itself
             self._adam_update(p, m, v, lr, eps, g["weight_decay"], g["bias_correction"], t, max(g["var_steps"], 1),
                               beta1, beta2)
             acc.add_(p.float() - before)  # u: the sum of this rank's steps since the last synchronisation
