@@ -49,6 +49,12 @@ std::atomic<const KernelTable*>& active_slot() {
 
 const KernelTable& active() { return *active_slot().load(std::memory_order_relaxed); }
 
+}  // namespace
+
+const detail::KernelTable& detail::active_table() { return active(); }
+
+namespace {
+
 int dtype_index(DType dtype) {
   const int i = static_cast<int>(dtype);
   if (i < 0 || i >= detail::kNumDTypes) throw std::invalid_argument("pride::bits: unknown dtype");

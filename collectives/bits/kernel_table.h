@@ -40,6 +40,15 @@ using LionVoteFn = void (*)(const void* g, void* m, size_t n, const LionParams& 
 using ApplyMeanFn = void (*)(void* x, size_t n, const uint64_t* count, int planes, const MeanParams& m,
                              const ApplyParams& p);
 
+// The 1-bit compression of 1-bit Adam and 0/1 Adam (onebit.h has their contracts).
+struct OnebitKernels {
+  double (*add_error_and_square_sum)(float* x, const float* error, size_t n);
+  double (*square_sum)(const float* y, size_t n);
+  void (*compress_signs)(const float* y, float scale, size_t n, uint64_t* signs, float* error);
+  void (*average_signs)(const uint64_t* const* signs, const float* scales, int count, size_t n, float* out);
+  void (*expand_signs)(const uint64_t* signs, float scale, size_t n, float* out);
+};
+
 struct KernelTable {
   Isa isa;
   PackBinaryFn pack_binary[kNumDTypes];
@@ -61,9 +70,11 @@ struct KernelTable {
                            uint64_t* pos, uint64_t* tie);
   size_t (*popcount)(const uint64_t* plane, size_t n);
   size_t (*count_equal)(const uint64_t* a, const uint64_t* b, size_t n);
+  OnebitKernels onebit;
 };
 
 const KernelTable& portable_table();
+const KernelTable& active_table();  // the table of the ISA the kernels dispatch to now
 const KernelTable& avx2_table();  // only defined on x86-64 builds; call only when the CPU has AVX2
 
 }  // namespace pride::bits::detail

@@ -7,6 +7,7 @@
 #include "collectives/bits/kernel_table.h"
 #include "collectives/bits/lion_avx2.h"
 #include "collectives/bits/lion_impl.h"
+#include "collectives/bits/onebit_avx2.h"
 #include "collectives/bits/plane_stats.h"
 #include "collectives/bits/threshold_impl.h"
 
@@ -39,6 +40,8 @@ const KernelTable& avx2_table() {
       vote_from_counts<Block>,
       popcount,
       count_equal,
+      {onebit_add_error_and_square_sum, onebit_square_sum_only, onebit_compress_signs, onebit_average_signs,
+       onebit_expand_signs},
   };
   return table;
 }

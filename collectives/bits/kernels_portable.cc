@@ -6,6 +6,7 @@
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
 #include "collectives/bits/lion_impl.h"
+#include "collectives/bits/onebit_scalar.h"
 #include "collectives/bits/plane_stats.h"
 #include "collectives/bits/threshold_impl.h"
 
@@ -42,6 +43,26 @@ void apply_mean(void* x, size_t n, const uint64_t* count, int planes, const Mean
   apply_mean_from<Tr>(x, n, 0, count, planes, m, a);
 }
 
+double onebit_add_error_and_square_sum(float* x, const float* error, size_t n) {
+  double lanes[kSquareLanes] = {};
+  add_error_and_square_sum_from(x, error, n, 0, lanes);
+  return combine_square_lanes(lanes);
+}
+double onebit_square_sum(const float* y, size_t n) {
+  double lanes[kSquareLanes] = {};
+  square_sum_from(y, n, 0, lanes);
+  return combine_square_lanes(lanes);
+}
+void onebit_compress_signs(const float* y, float scale, size_t n, uint64_t* signs, float* error) {
+  compress_signs_from(y, scale, n, 0, signs, error);
+}
+void onebit_average_signs(const uint64_t* const* signs, const float* scales, int count, size_t n, float* out) {
+  average_signs_from(signs, scales, count, n, 0, out);
+}
+void onebit_expand_signs(const uint64_t* signs, float scale, size_t n, float* out) {
+  expand_signs_from(signs, scale, n, 0, out);
+}
+
 }  // namespace
 
 const KernelTable& portable_table() {
@@ -63,6 +84,8 @@ const KernelTable& portable_table() {
       vote_from_counts<Block>,
       popcount,
       count_equal,
+      {onebit_add_error_and_square_sum, onebit_square_sum, onebit_compress_signs, onebit_average_signs,
+       onebit_expand_signs},
   };
   return table;
 }

@@ -6,9 +6,10 @@
 // 0, so the compressed vector always has the norm of y. Sign bits use the packed-vote layout
 // (kernels.h): element j is bit j % 64 of word j / 64, bit 1 = +1, bits past n zero.
 //
-// Sums of squares are taken in double in element order, so every rank that compresses the same
-// values gets the same scale; the element-wise arithmetic is float32, rounded as written (the
-// library is built with -ffp-contract=off).
+// Sums of squares are taken in double, in eight interleaved partial sums combined pairwise
+// (onebit_scalar.h), the same order on every ISA, so every rank that compresses the same values gets
+// the same scale; the element-wise arithmetic is float32, rounded as written (the library is built
+// with -ffp-contract=off). The portable and AVX2 kernels give identical bits.
 #pragma once
 
 #include <cstddef>

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/onebit.h"
 #include "collectives/bits/trits.h"
 
 namespace {
@@ -125,6 +126,19 @@ std::vector<Kernel> kernels(Buffers& b) {
       // rank decodes when PRIDE_RESULT_CODING picks them. pos and tie as finalize leaves them.
       {"encode_trits", 0, Target::kRate, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
       {"decode_trits", 0, Target::kRate, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
+      // 1-bit Adam's compression (onebit.h), last because the feedback step writes the fp32 input.
+      // A worker's part: y = x + error with Σ y², then signs and the new error; the owner's average
+      // of 4 ranks' signs; the decompression.
+      {"onebit add_error+square", 4 * n, Target::kBandwidth,
+       [&b, n] { (void)add_error_and_square_sum(b.f32.data(), b.out_f32.data(), n); }},
+      {"onebit compress_signs", 4 * n, Target::kBandwidth,
+       [&b, n] { compress_signs(b.f32.data(), 0.5f, n, b.pos.data(), b.out_f32.data()); }},
+      {"onebit average_signs N=4", 4 * n, Target::kBandwidth, [&b, n, planes] {
+         const float scales[4] = {0.5f, 0.25f, 1.0f, 2.0f};
+         average_signs(planes.data(), scales, 4, n, b.out_f32.data());
+       }},
+      {"onebit expand_signs", 4 * n, Target::kBandwidth,
+       [&b, n] { expand_signs(b.vote(0), 0.5f, n, b.out_f32.data()); }},
   };
 }
 
