@@ -17,7 +17,14 @@ ENV_HELP = ("be one rank of a job started by a launcher (env://: RANK, WORLD_SIZ
 
 def init_pride_group(rank, ranks, store_path):
     """Joins the default group with the pride backend: through the launcher's environment when
-    store_path is None, else through a FileStore that launch() made."""
+    store_path is None, else through a FileStore that launch() made.
+
+    Each rank computes with one thread unless OMP_NUM_THREADS says otherwise, as under torchrun (which
+    sets it to 1 for several ranks per host) and in the demo. The ranks of these benchmarks share one
+    host's cores; with torch's default of a thread per core each, the threads of 4 ranks on 2 cores
+    wait on each other (a 2^16-parameter Adam step measured 55 ms instead of 1.8)."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
     if store_path is None:
         dist.init_process_group("pride", timeout=timedelta(minutes=10))
     else:

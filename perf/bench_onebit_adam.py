@@ -4,7 +4,8 @@ Every rank runs the same number of optimizer steps on the same parameters with i
 gradients. Adam (torch.optim.AdamW) gets its gradients averaged by a float32 allreduce each step (the
 DDP baseline); pride.optim.OneBitAdam and ZeroOneAdam communicate themselves. The bytes each rank
 sends come from pride.stats(); a "round" is a step on which the optimizer communicated at all. Rank 0
-prints the table and the papers' claims next to the measured ratios:
+prints the table (mean step time, and per kind of step: float32 averaging, 1-bit, local) and the papers'
+claims next to the measured ratios:
 
   1-bit Adam: up to 5x less volume than Adam (Tang et al. 2021);
   0/1 Adam:  up to 87% less volume and 54% fewer rounds than 1-bit Adam (Lu et al. 2023).
@@ -28,6 +29,9 @@ import torch.distributed as dist
 from bench_common import ENV_HELP, init_pride_group, launch
 
 CONFIGS = ("Adam", "1-bit Adam", "0/1 Adam")
+# A step's kind: full = float32 gradients averaged (Adam; the compressed optimizers' warm-up and
+# variance steps), 1bit = the compressed allreduce, none = a local step that sends nothing.
+KINDS = ("full", "1bit", "none")
 
 
 def make_optimizer(config, params, args):
@@ -42,6 +46,15 @@ def make_optimizer(config, params, args):
                                    local_step_scaler=args.local_step_scaler, local_step_clipper=args.local_step_clipper)
 
 
+def step_kind(config, opt, step, args):
+    """What step `step` (0-based) of `config` sends: "full" (float32), "1bit" or "none" (a local step)."""
+    if config == "Adam":
+        return "full"
+    if config == "1-bit Adam":
+        return "full" if step + 1 <= opt.param_groups[0]["freeze_step"] else "1bit"
+    return opt.next_step_communicates()
+
+
 def worker(rank, args, store_path, out_path):
     import pride
 
@@ -54,13 +67,14 @@ def worker(rank, args, store_path, out_path):
         params = [torch.nn.Parameter(torch.randn(n) * 0.02) for n in sizes]
         opt = make_optimizer(config, params, args)
         gen = torch.Generator().manual_seed(rank)
-        rounds, step_s = 0, []
+        rounds, step_s, by_kind = 0, [], {}
         dist.barrier()
         pride.reset_stats()
         for step in range(args.steps):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen)
             before = pride.stats()["collectives"]
+            kind = step_kind(config, opt, step, args)
             start = time.perf_counter()
             if config == "Adam":
                 flat = torch.cat([p.grad for p in params])
@@ -70,17 +84,23 @@ def worker(rank, args, store_path, out_path):
                     p.grad.copy_(g)
             opt.step()
             step_s.append(time.perf_counter() - start)
+            by_kind.setdefault(kind, []).append(step_s[-1])
             rounds += pride.stats()["collectives"] > before
             if rank == 0 and (step + 1) % max(1, args.steps // 10) == 0:
                 print(f"# {config}: step {step + 1}/{args.steps}", file=sys.stderr, flush=True)
         results[config] = {"bytes_sent": pride.stats()["bytes_sent"], "rounds": rounds,
-                           "ms_per_step": 1e3 * sum(step_s) / len(step_s)}
+                           "ms_per_step": 1e3 * sum(step_s) / len(step_s),
+                           "ms_by_kind": {k: 1e3 * sum(v) / len(v) for k, v in by_kind.items()},
+                           "steps_by_kind": {k: len(v) for k, v in by_kind.items()}}
     everyone = [None] * world
     dist.all_gather_object(everyone, results)
     if rank == 0:
         combined = {c: {"bytes_sent": sum(r[c]["bytes_sent"] for r in everyone) / world,
                         "rounds": everyone[0][c]["rounds"],
-                        "ms_per_step": sum(r[c]["ms_per_step"] for r in everyone) / world} for c in CONFIGS}
+                        "ms_per_step": sum(r[c]["ms_per_step"] for r in everyone) / world,
+                        "ms_by_kind": {k: sum(r[c]["ms_by_kind"][k] for r in everyone) / world
+                                       for k in everyone[0][c]["ms_by_kind"]},
+                        "steps_by_kind": everyone[0][c]["steps_by_kind"]} for c in CONFIGS}
         with open(out_path, "w") as f:
             json.dump({"world": world, "configs": combined}, f)
     dist.destroy_process_group()
@@ -90,12 +110,14 @@ def report(args, result):
     c = result["configs"]
     print(f"# {result['world']} ranks, {args.numel} float32 parameters, {args.steps} steps, warm-up / variance "
           f"freeze at {args.warmup_fraction:.0%}; bytes sent per rank")
-    print("| optimizer | MB sent | bytes/parameter/step | rounds | ms/step |")
-    print("|---|---|---|---|---|")
+    print("| optimizer | MB sent | bytes/parameter/step | rounds | ms/step | ms/step by kind (steps) |")
+    print("|---|---|---|---|---|---|")
     for name in CONFIGS:
         r = c[name]
+        kinds = ", ".join(f"{k} {r['ms_by_kind'][k]:.2f} ({r['steps_by_kind'][k]})" for k in KINDS
+                          if k in r["ms_by_kind"])
         print(f"| {name} | {r['bytes_sent'] / 1e6:.1f} | {r['bytes_sent'] / args.numel / args.steps:.3f} | "
-              f"{r['rounds']} | {r['ms_per_step']:.2f} |")
+              f"{r['rounds']} | {r['ms_per_step']:.2f} | {kinds} |")
     adam, onebit, zeroone = (c[n] for n in CONFIGS)
     print(f"1-bit Adam volume vs Adam: {adam['bytes_sent'] / onebit['bytes_sent']:.2f}x less (paper: up to 5x)")
     print(f"0/1 Adam volume vs 1-bit Adam: {1 - zeroone['bytes_sent'] / onebit['bytes_sent']:.0%} less "
