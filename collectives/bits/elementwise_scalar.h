@@ -39,10 +39,12 @@ void pack_ternary_from(const void* xv, size_t n, size_t begin, uint64_t* pos, ui
   }
 }
 
-// The vote of element i as a float: +1 where pos, else 0 where tie, else -1.
+// The vote of element i as a float: +1 where pos, else 0 where tie, else -1. Integer arithmetic, not
+// branches: vote bits are as good as random, and a mispredicted branch per element made the portable
+// unpack 20× slower than memcpy.
 inline float vote_at(const uint64_t* pos, const uint64_t* tie, size_t i) {
-  if (bit_at(pos, i)) return 1.0f;
-  return tie && bit_at(tie, i) ? 0.0f : -1.0f;
+  const int p = bit_at(pos, i), t = tie ? bit_at(tie, i) : 0;
+  return static_cast<float>(p - (1 - p) * (1 - t));
 }
 
 template <class Tr>
