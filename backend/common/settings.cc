@@ -30,7 +30,8 @@ Settings read_settings() {
   if (const char* v = env("PRIDE_DEBUG")) s.log_level = v;
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(env_double("PRIDE_TIMEOUT", 300) * 1000));
   s.segment_bytes = static_cast<size_t>(env_double("PRIDE_SEGMENT_BYTES", double(s.segment_bytes)));
-  PRIDE_CHECK_ARG(s.segment_bytes >= 64, "PRIDE_SEGMENT_BYTES must be at least 64");
+  PRIDE_CHECK_ARG(s.segment_bytes == 0 || s.segment_bytes >= 64,
+                  "PRIDE_SEGMENT_BYTES must be at least 64 (or 0: the default of each algorithm)");
   s.check_fingerprint = env_double("PRIDE_CHECK_FINGERPRINT", 1) != 0;
   s.link_latency_us = env_double("PRIDE_LINK_LATENCY_US", 0);
   s.link_bandwidth_gbps = env_double("PRIDE_LINK_BANDWIDTH_GBPS", 0);

@@ -12,7 +12,7 @@ struct Settings {
   std::string algo = "auto";               // PRIDE_ALGO: auto|ring|tree|direct|allgather — sign-allreduce algorithm
   std::string log_level = "warn";          // PRIDE_DEBUG: trace|debug|info|warn|error|off
   std::chrono::milliseconds timeout{300000};  // PRIDE_TIMEOUT (seconds): default deadline of the C++ API
-  size_t segment_bytes = 1 << 20;          // PRIDE_SEGMENT_BYTES: packed bytes per pipeline segment
+  size_t segment_bytes = 0;                // PRIDE_SEGMENT_BYTES: packed bytes per pipeline segment (0: by algorithm)
   bool check_fingerprint = true;           // PRIDE_CHECK_FINGERPRINT=0 disables the per-collective check
   double link_latency_us = 0;              // PRIDE_LINK_LATENCY_US: cost model override (0 = built-in)
   double link_bandwidth_gbps = 0;          // PRIDE_LINK_BANDWIDTH_GBPS: cost model override (0 = built-in)

@@ -19,10 +19,20 @@
 namespace pride {
 namespace {
 
-
 // Words a pipelined kernel handles per thread between two rounds of transport progress (256 Ki
 // elements: ~0.1 ms of packing fp32, while 1 Gbit/s moves ~12 KiB).
 constexpr size_t kPollWords = bits::kMinWordsPerThread;
+
+// Packed bytes per pipeline segment: PRIDE_SEGMENT_BYTES when set, else the algorithm's default.
+// The direct algorithm's pipeline exposes one segment's pack before the first message and one
+// segment's unpack after the last, so its segments are small: 128 KiB (1 Mi elements) took a 2^26-element
+// call at 4 × 1 Gbit/s from 188 to 162 ms, 93% of the link (docs/performance.md). Ring, tree, all-gather
+// and hier pay a chain of exchanges per segment, and on one host 128 KiB made them ~25% slower, so they
+// keep 1 MiB. Every rank computes the same size (it is in the fingerprint).
+size_t sign_segment_bytes(SignAlgorithm algorithm) {
+  if (const size_t forced = Settings::get().segment_bytes) return forced;
+  return algorithm == SignAlgorithm::kDirect ? size_t{128} << 10 : size_t{1} << 20;
+}
 
 using AlgorithmFn = void (*)(Collective&, const SignPlan&, const SignSegment&);
 
@@ -188,7 +198,7 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
-  const size_t segment_words = std::max<size_t>(1, Settings::get().segment_bytes / 8);
+  const size_t segment_words = std::max<size_t>(1, sign_segment_bytes(result.algorithm) / 8);
   fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(result.algorithm) << 16 |
               uint64_t(segment_words) << 24 | (result.plan.trit_results ? kFingerprintTritResults : 0);
   Collective c = comm.begin("sign_allreduce", name(result.algorithm), fp);
