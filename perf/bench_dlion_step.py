@@ -89,7 +89,8 @@ def worker(rank, args, store_path, out_path):
     grads = [torch.randn(s, generator=noise) for s in sizes]
     cases = {}
     p_mavo = make_params()
-    mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes)
+    mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
+                           bucket_mb=args.bucket_mb)
     cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
     p_glion = make_params()
     cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, lion(1e-4, (0.9, 0.99), 0.1)).step)
@@ -148,6 +149,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--votes", choices=("exact", "binary", "ternary"), default="exact",
                         help="DistributedLion's votes (default exact, the optimizer's default)")
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="DistributedLion's bucket_mb (default: its own, 16 MiB on CPU)")
     parser.add_argument("--json", help="also write the result here")
     parser.add_argument("--env", action="store_true", help=ENV_HELP)
     return launch(worker, parser.parse_args(), report)
