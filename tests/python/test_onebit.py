@@ -360,3 +360,21 @@ def test_elements_without_variance_take_no_compressed_step():
         assert torch.isfinite(layer.weight).all()
         assert torch.equal(layer.weight[:, :4], start[:, :4])
         assert not torch.equal(layer.weight[:, 4:], start[:, 4:])
+
+
+def test_zero_variance_mask_follows_the_variance():
+    # The mask is cached while the variance is unchanged; every in-place change (0/1 Adam's variance
+    # steps before the freeze) must be seen, and a variance without zeros needs no mask at all.
+    import pride
+
+    opt = pride.optim.ZeroOneAdam([torch.nn.Parameter(torch.zeros(8))], var_freeze_step=3)
+    v = torch.zeros(8)
+    assert torch.equal(opt._nonzero_variance(v), torch.zeros(8, dtype=torch.bool))
+    v[2] = 0.5
+    assert torch.equal(opt._nonzero_variance(v), torch.arange(8) == 2)
+    v.add_(1.0)
+    assert opt._nonzero_variance(v) is None
+    v.mul_(0.0)
+    assert not opt._nonzero_variance(v).any()
+    other = torch.ones(8)
+    assert opt._nonzero_variance(other) is None and not opt._nonzero_variance(v).any()

@@ -9,6 +9,7 @@ param_group dict, so state_dict() carries them.
 """
 
 import logging
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -173,7 +174,8 @@ class CompressedAdamBase(torch.optim.Optimizer):
         With ``mask_zero_variance`` (the default) those elements are zeroed after the allreduce:
         DeepSpeed's ``exp_avg_mask``, derived from the variance, the same on every rank."""
         worker, server = self._errors(g)
-        flat = torch.cat([t.reshape(-1) for t in tensors])
+        flat = self._flat_buffer(worker)
+        torch.cat([t.reshape(-1) for t in tensors], out=flat)
         _, world = self._world()
         if world > 1:
             compressed_allreduce(flat, worker, server, group=self.group)
@@ -182,7 +184,35 @@ class CompressedAdamBase(torch.optim.Optimizer):
         for i, (t, part) in enumerate(zip(tensors, flat.split([t.numel() for t in tensors]))):
             t.copy_(part.view_as(t))
             if variances is not None and g["mask_zero_variance"]:
-                t.mul_(variances[i] > 0)
+                mask = self._nonzero_variance(variances[i])
+                if mask is not None:
+                    t.mul_(mask)
+
+    def _flat_buffer(self, worker_error):
+        """A float32 buffer the size of the group's flat vector, kept between steps: a fresh 16 MiB
+        tensor per step pays its page faults every time. Scratch only (groups of one size share it),
+        so not part of the state."""
+        buffers = self.__dict__.setdefault("_flat_buffers", {})
+        key = (worker_error.numel(), worker_error.device)
+        if key not in buffers:
+            buffers[key] = torch.empty_like(worker_error)
+        return buffers[key]
+
+    def _nonzero_variance(self, v):
+        """The mask v > 0, or None when no element of v is 0 (nothing to mask). Cached while v is
+        unchanged (its version counter): after the variance freezes it never changes. Entries hold v
+        weakly, so a variance replaced by load_state_dict() takes its mask with it."""
+        cache = self.__dict__.setdefault("_variance_masks", {})
+        hit = cache.get(id(v))
+        if hit is not None and hit[0]() is v and hit[1] == v._version:
+            return hit[2]
+        mask = v > 0
+        if bool(mask.all()):
+            mask = None
+        for key in [k for k, entry in cache.items() if entry[0]() is None]:
+            del cache[key]
+        cache[id(v)] = (weakref.ref(v), v._version, mask)
+        return mask
 
     # ---- Adam's arithmetic, in torch.optim.AdamW's order (single-tensor path) ----
     @staticmethod
