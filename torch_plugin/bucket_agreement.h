@@ -1,17 +1,23 @@
 // What the ranks agree on before one bucket of DistributedLion's votes travels (SPEC §2, "The optimizer
 // is exact by default"; docs/design.md, "Exact votes and missing gradients"). One MAX-allreduce of a
-// fixed 18-byte header per bucket carries:
+// fixed 8 × uint32 header per bucket carries:
 //   - the layout digest (every parameter's shape, dtype and place, and the hyper-parameters), sent as d
 //     and ~d: under MAX both come back intact only if every rank sent the same d, so every rank learns
 //     at once that the ranks run different models (and the header's size never depends on the layout);
-//   - whether some rank needs ternary votes in this bucket: an element that must abstain (exact votes:
-//     c == 0 or NaN, sign(0) = 0 as in plain Lion), or a tensor whose gradient it lacks (any vote kind:
-//     a rank that did not reach a branch abstains rather than voting);
+//   - whether some rank needs ternary votes in this bucket: many elements that must abstain (exact
+//     votes: c == 0 or NaN, sign(0) = 0 as in plain Lion), or a tensor whose gradient it lacks (any vote
+//     kind: a rank that did not reach a branch abstains rather than voting);
 //   - whether some rank lacks a gradient in this bucket. Only then a second MAX-allreduce, one byte per
 //     tensor of the bucket, tells which tensors have a gradient on any rank: one that has none anywhere
-//     takes no step at all (no weight decay either), as in torch's optimizers.
+//     takes no step at all (no weight decay either), as in torch's optimizers;
+//   - the longest list of abstaining elements any rank has, when each has only a few. Only then an
+//     all-gather of the lists (padded to that length) gives every rank their union U, and the bucket
+//     travels as binary votes with U re-voted as ternary ones (sparse_abstentions.h): the exact result
+//     at about the binary cost. A rank that cannot re-vote (the CUDA step, so far) says so in the
+//     header, and then any abstention sends the bucket ternary.
 // Binary votes cannot abstain (a 0 bit votes −1), ternary votes can but cost twice the reduce-phase
-// traffic, so a bucket travels as binary votes unless some rank needs ternary ones.
+// traffic, so a bucket travels as binary votes (re-voting the few abstentions) unless some rank needs
+// ternary ones.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +38,10 @@ LionVotes parse_lion_votes(const std::string& s);  // "exact" | "binary" | "tern
 // (first word, elements) of each tensor piece of a bucket, words relative to the bucket's planes.
 using WordRanges = std::vector<std::pair<size_t, size_t>>;
 
-// Whether any element of `ranges` has neither its +1 (pos) nor its −1 (neg) bit set.
-bool any_abstention(const uint64_t* pos, const uint64_t* neg, const WordRanges& ranges);
+// The elements of `ranges` (bucket-relative indices, ascending) that have neither their +1 (pos) nor
+// their −1 (neg) bit set, into `out`. False, with `out` incomplete, when there are more than `limit`.
+bool abstaining_elements(const uint64_t* pos, const uint64_t* neg, const WordRanges& ranges, size_t limit,
+                         std::vector<uint32_t>& out);
 
 // Binary votes (the +1 plane; a 0 bit votes −1) rewritten as ternary planes: neg = ~pos inside `ranges`,
 // both planes 0 (abstain) elsewhere. `nwords` words each.
@@ -42,14 +50,21 @@ void binary_as_ternary(uint64_t* pos, uint64_t* neg, size_t nwords, const WordRa
 // What this rank brings to one bucket's agreement.
 struct BucketInput {
   uint64_t layout_digest = 0;
-  bool wants_ternary = false;      // some element of this rank's bucket must abstain
+  bool wants_ternary = false;      // ternary votes: too many elements of this rank's bucket must abstain
   std::vector<uint8_t> has_grad;   // per tensor of the bucket, in order: 1 if this rank has its gradient
+  // The elements of this rank's bucket that abstain (ascending, at most max_revote_list), when it can
+  // re-vote them; a rank that cannot sets wants_ternary for any abstention instead.
+  bool can_revote = false;
+  std::vector<uint32_t> abstaining;
 };
 
 struct BucketAgreement {
   bool layouts_agree = true;       // false: nothing else below is meaningful, and nothing may be sent
   VoteKind votes = VoteKind::kBinary;
   std::vector<uint8_t> any_grad;   // per tensor of the bucket: 1 if some rank has its gradient
+  // Binary votes only: the union of every rank's abstaining elements, ascending, to re-vote as ternary
+  // votes (sign_allreduce_revoting). Empty: plain binary votes are exact.
+  std::vector<uint32_t> revote;
 };
 
 // On the worker, the same on every rank.

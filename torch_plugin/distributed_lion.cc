@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "collectives/engine/call_description.h"
+#include "collectives/engine/sign/sparse_abstentions.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -128,7 +129,14 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
                       pack_ternary ? b->votes.data() + nwords + word : nullptr);
       voting.emplace_back(word, pc.size);
     }
-    if (votes == LionVotes::kExact) b->input.wants_ternary = any_abstention(b->votes.data(), b->votes.data() + nwords, voting);
+    // Exact votes: a few abstaining elements are listed and re-voted (sparse_abstentions.h), many make
+    // the bucket ternary.
+    b->input.can_revote = true;
+    if (votes == LionVotes::kExact) {
+      const size_t limit = max_revote_list(b->size, backend != nullptr ? backend->getSize() : 1);
+      b->input.wants_ternary =
+          !abstaining_elements(b->votes.data(), b->votes.data() + nwords, voting, limit, b->input.abstaining);
+    }
     if (votes == LionVotes::kTernary) b->input.wants_ternary = true;
     // 2. vote: queued on the group's worker; the next bucket is packed meanwhile.
     auto vote = [b, options, votes, voting = std::move(voting), nwords](Communicator* comm) {
@@ -144,8 +152,14 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       if (o.votes == VoteKind::kTernary && votes == LionVotes::kBinary) {
         binary_as_ternary(b->votes.data(), b->votes.data() + nwords, nwords, voting);
       }
-      b->result = comm != nullptr ? sign_allreduce_planes(*comm, b->votes.data(), b->size, o, kSignInputOptimizerBucket)
-                                  : local_result(b->votes, b->size, o);
+      if (comm == nullptr) {
+        b->result = local_result(b->votes, b->size, o);
+      } else if (!b->agreed.revote.empty()) {  // binary votes, the few abstentions re-voted
+        b->result = sign_allreduce_revoting(*comm, b->votes.data(), b->votes.data() + nwords, b->size, o,
+                                            kSignInputOptimizerBucket, b->agreed.revote);
+      } else {
+        b->result = sign_allreduce_planes(*comm, b->votes.data(), b->size, o, kSignInputOptimizerBucket);
+      }
     };
     if (backend == nullptr) {
       vote(nullptr);

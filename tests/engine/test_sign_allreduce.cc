@@ -18,6 +18,7 @@
 #include "collectives/engine/sign/plane_ops.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_allreduce.h"
+#include "collectives/engine/sign/sparse_abstentions.h"
 #include "tests/engine/rank_threads.h"
 #include "tests/kernels/oracle.h"
 
@@ -546,6 +547,111 @@ TEST(SignAllreduce, WireBytesMatchTheFormula) {
       EXPECT_NEAR(measured, formula, 0.05 * formula) << "N=" << N << " " << name(algorithms[a]);
     }
   }
+}
+
+// Rank r's ternary vote on element i for the re-voting test: ±1 from a hash, 0 (abstains) on a few
+// elements that differ per rank, and on every rank at element 5 (all abstain: a tie / mean 0).
+int sparse_vote(int rank, size_t i, uint64_t salt) {
+  const uint64_t h = (uint64_t(rank) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xD1B54A32D192ED03ull ^ salt) * 0xff51afd7ed558ccdull;
+  if (i == 5 || (h >> 40) % 97 == 0) return 0;
+  return (h >> 20) & 1 ? 1 : -1;
+}
+
+TEST(SignAllreduce, RevotingAbstentionsMatchesTernaryInt32Oracle) {
+  // Binary votes plus a ternary re-vote of the elements where some rank abstains give the ternary
+  // result bit for bit: against the int32 sum of the −1/0/+1 votes, for every algorithm of the binary
+  // call, both modes, N = 2..5, and sizes around word boundaries.
+  for (int N : {2, 3, 4, 5}) {
+    testing::run_ranks(N, [N](Communicator& comm) {
+      uint64_t salt = 11;
+      for (auto algorithm : {SignAlgorithm::kDirect, SignAlgorithm::kRing, SignAlgorithm::kTree,
+                             SignAlgorithm::kAllgather}) {
+        for (auto mode : {SignMode::kVote, SignMode::kMean}) {
+          for (size_t n : {size_t(6), size_t(64), size_t(65), size_t(64 * 9 + 7), size_t(5003)}) {
+            ++salt;
+            const size_t W = bits::words_for(n);
+            std::vector<uint64_t> pos(W, 0), neg(W, 0);
+            std::vector<int32_t> sum(n, 0);
+            std::vector<uint32_t> revote;
+            for (size_t i = 0; i < n; ++i) {
+              bool someone_abstains = false;
+              for (int r = 0; r < N; ++r) {
+                const int v = sparse_vote(r, i, salt);
+                sum[i] += v;
+                someone_abstains = someone_abstains || v == 0;
+                if (r == comm.rank() && v > 0) pos[i / 64] |= uint64_t(1) << (i % 64);
+                if (r == comm.rank() && v < 0) neg[i / 64] |= uint64_t(1) << (i % 64);
+              }
+              if (someone_abstains) revote.push_back(uint32_t(i));
+            }
+            const SignResult got = sign_allreduce_revoting(comm, pos.data(), neg.data(), n,
+                                                           {mode, VoteKind::kBinary, algorithm}, 0, revote);
+            ASSERT_EQ(got.plan.kind, VoteKind::kTernary);
+            for (size_t i = 0; i < n; ++i) {
+              auto bit_of = [&](int p) { return int((got.plane(p)[i / 64] >> (i % 64)) & 1); };
+              if (mode == SignMode::kVote) {
+                ASSERT_EQ(bit_of(0), sum[i] > 0 ? 1 : 0) << "N=" << N << " " << name(algorithm) << " n=" << n << " i=" << i;
+                ASSERT_EQ(bit_of(1), sum[i] == 0 ? 1 : 0) << "N=" << N << " " << name(algorithm) << " n=" << n << " i=" << i;
+              } else {
+                int64_t u = 0;
+                for (int p = 0; p < got.plan.result_planes; ++p) u |= int64_t(bit_of(p)) << p;
+                ASSERT_EQ(got.plan.mean_scale * u - got.plan.mean_offset, sum[i])
+                    << "N=" << N << " " << name(algorithm) << " n=" << n << " i=" << i;
+              }
+            }
+            // And the same planes as the ternary call itself, up to the tail bits past n, which readers
+            // ignore (there the ternary call counts N abstentions, the binary one N votes of −1).
+            std::vector<uint64_t> both(pos);
+            both.insert(both.end(), neg.begin(), neg.end());
+            const SignResult ternary =
+                sign_allreduce_planes(comm, both.data(), n, {mode, VoteKind::kTernary, algorithm}, 0);
+            const uint64_t tail = n % 64 == 0 ? ~uint64_t(0) : (uint64_t(1) << (n % 64)) - 1;
+            for (int p = 0; p < got.plan.result_planes; ++p) {
+              for (size_t w = 0; w < W; ++w) {
+                const uint64_t mask = w + 1 == W ? tail : ~uint64_t(0);
+                ASSERT_EQ(got.plane(p)[w] & mask, ternary.plane(p)[w] & mask) << "plane " << p << " word " << w;
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(SignAllreduce, RevotingCostsTheBinaryCallPlusTheRevote) {
+  // 4 ranks, 2^16 elements, 40 abstaining: bytes sent within 5% of the binary direct call's formula
+  // plus the re-vote's all-gather of 2 bits per re-voted element, and well under the ternary call.
+  const size_t n = size_t(1) << 16;
+  testing::run_ranks(4, [&](Communicator& comm) {
+    const size_t W = bits::words_for(n);
+    std::vector<uint64_t> pos(W, 0x5555555555555555ull), neg(W);
+    for (size_t w = 0; w < W; ++w) neg[w] = ~pos[w];
+    std::vector<uint32_t> revote;
+    for (uint32_t i = 0; i < 40; ++i) revote.push_back(i * 1601 + 3);
+    for (uint32_t i : revote) neg[i / 64] &= ~(uint64_t(1) << (i % 64)), pos[i / 64] &= ~(uint64_t(1) << (i % 64));
+    const SignOptions o{SignMode::kVote, VoteKind::kBinary, SignAlgorithm::kDirect};
+    comm.reset_traffic();
+    sign_allreduce_revoting(comm, pos.data(), neg.data(), n, o, 0, revote);
+    uint64_t sent = 0;
+    for (const auto& [algo, t] : comm.traffic()) sent += t.bytes_sent;
+    const SignPlan plan = SignPlan::make(4, SignMode::kVote, VoteKind::kBinary);
+    const double binary_bytes = wire_bits_per_element(SignAlgorithm::kDirect, plan) * double(n) / 8;
+    const double revote_bytes = wire_bits_per_element(SignAlgorithm::kAllgather,
+                                                      SignPlan::make(4, SignMode::kVote, VoteKind::kTernary)) * 40 / 8;
+    EXPECT_NEAR(double(sent), binary_bytes + revote_bytes, 0.05 * binary_bytes);
+    const double ternary_bytes = wire_bits_per_element(SignAlgorithm::kDirect,
+                                                       SignPlan::make(4, SignMode::kVote, VoteKind::kTernary)) * double(n) / 8;
+    EXPECT_LT(double(sent), 0.85 * ternary_bytes);
+  });
+}
+
+TEST(SignAllreduce, RevotingRefusesAnUnsortedList) {
+  auto errors = testing::run_ranks_collect_errors(2, [](Communicator& comm) {
+    std::vector<uint64_t> pos(1, 0), neg(1, 0);
+    sign_allreduce_revoting(comm, pos.data(), neg.data(), 10, {}, 0, {4, 2});
+  });
+  for (auto& e : errors) EXPECT_NE(e.find("re-vote list not sorted"), std::string::npos) << e;
 }
 
 TEST(SignAllreduce, RanksDisagreeingOnModeAllFail) {

@@ -1,0 +1,83 @@
+#include "collectives/engine/sign/sparse_abstentions.h"
+
+#include <cstring>
+
+#include "backend/common/error.h"
+#include "collectives/bits/kernels.h"
+
+namespace pride {
+namespace {
+
+bool bit(const uint64_t* plane, size_t i) { return (plane[i / 64] >> (i % 64)) & 1; }
+
+void set_bit(uint64_t* plane, size_t i, bool value) {
+  const uint64_t mask = uint64_t(1) << (i % 64);
+  plane[i / 64] = value ? plane[i / 64] | mask : plane[i / 64] & ~mask;
+}
+
+// The binary result re-encoded as the ternary plan's result (see the header): exact wherever no rank
+// abstained.
+void binary_as_ternary_result(const SignResult& binary, SignResult& out) {
+  const size_t W = out.nwords;
+  uint64_t* dst = out.planes.data();
+  if (out.plan.mode == SignMode::kVote) {
+    std::memcpy(dst, binary.plane(0), W * 8);
+    const uint64_t* tie = binary.tie_plane();
+    if (tie != nullptr) std::memcpy(dst + W, tie, W * 8);
+    else std::memset(dst + W, 0, W * 8);
+    return;
+  }
+  PRIDE_ENFORCE(out.plan.result_planes == binary.plan.result_planes + 1,
+              "sign_allreduce_revoting: mean of {} ranks has {} binary and {} ternary planes", out.plan.nranks,
+              binary.plan.result_planes, out.plan.result_planes);
+  std::memset(dst, 0, W * 8);  // u = 2c
+  for (int p = 0; p < binary.plan.result_planes; ++p) std::memcpy(dst + size_t(p + 1) * W, binary.plane(p), W * 8);
+}
+
+}  // namespace
+
+size_t max_revote_list(size_t numel, int nranks) {
+  if (nranks <= 1) return 0;
+  return numel / (size_t(nranks) * size_t(32 + 2 * nranks));
+}
+
+SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, const uint64_t* neg, size_t numel,
+                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote) {
+  for (size_t k = 0; k < revote.size(); ++k) {
+    PRIDE_CHECK_ARG(revote[k] < numel && (k == 0 || revote[k - 1] < revote[k]),
+                    "rank {}: sign_allreduce_revoting: re-vote list not sorted, repeated or past {} elements at {}",
+                    comm.rank(), numel, k);
+  }
+  SignOptions binary_options = options;
+  binary_options.votes = VoteKind::kBinary;
+  const SignResult binary = sign_allreduce_planes(comm, pos, numel, binary_options, dtype_code);
+
+  // This rank's ternary votes at U, packed, and their exact count over all ranks. All-gather: U is small,
+  // so one round of latency, not the direct algorithm's two.
+  const size_t m = revote.size(), mw = bits::words_for(m);
+  std::vector<uint64_t> votes_at(2 * mw, 0);
+  for (size_t k = 0; k < m; ++k) {
+    set_bit(votes_at.data(), k, bit(pos, revote[k]));
+    set_bit(votes_at.data() + mw, k, bit(neg, revote[k]));
+  }
+  SignOptions ternary_options = options;
+  ternary_options.votes = VoteKind::kTernary;
+  ternary_options.algorithm = SignAlgorithm::kAllgather;
+  SignResult fix;
+  if (m > 0) fix = sign_allreduce_planes(comm, votes_at.data(), m, ternary_options, dtype_code);
+
+  SignResult out;
+  out.plan = SignPlan::make(comm.size(), options.mode, VoteKind::kTernary);
+  out.algorithm = binary.algorithm;
+  out.numel = numel;
+  out.nwords = binary.nwords;
+  out.planes.resize(size_t(out.plan.result_planes) * out.nwords);
+  binary_as_ternary_result(binary, out);
+  for (int p = 0; p < out.plan.result_planes && m > 0; ++p) {
+    uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
+    for (size_t k = 0; k < m; ++k) set_bit(plane, revote[k], bit(fix.plane(p), k));
+  }
+  return out;
+}
+
+}  // namespace pride
