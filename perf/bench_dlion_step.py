@@ -8,6 +8,8 @@ model's) and its own gradients, and times, alternating in one loop so that noise
   G-Lion/gloo   gradients flattened, all-reduced in fp32 by torch's Gloo (what users run today),
                 averaged, then torch's Lion-equivalent step (foreach ops, as perf/bench_lion_step.py)
   G-AdamW/gloo  the same fp32 all-reduce, then torch.optim.AdamW(foreach=True).step()
+  local work    DistributedLion over a group of one rank each, all ranks at once: the update, pack
+                and apply without the wire, the floor of the D-Lion step on this machine's cores
 
 and reports medians and the ratio to each fp32 case. The optimizer work runs in every case, so the
 difference is communication. Launches its own ranks, or with --env is one rank of a launcher's job
@@ -92,6 +94,13 @@ def worker(rank, args, store_path, out_path):
     mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
                            bucket_mb=args.bucket_mb)
     cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
+    # The same optimizer over a group of this rank alone: its local work (update, pack, apply) with
+    # no wire, run by all ranks at once as in the real step. The step's floor on this machine.
+    alone = [dist.new_group([r]) for r in range(args.ranks)][rank]
+    p_alone = make_params()
+    local = DistributedLion(p_alone, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
+                            bucket_mb=args.bucket_mb, group=alone)
+    cases["D-Lion local work only"] = (p_alone, local.step)
     p_glion = make_params()
     cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, lion(1e-4, (0.9, 0.99), 0.1)).step)
     p_adamw = make_params()
@@ -130,11 +139,12 @@ def report(args, result):
     print(f"# {result['ranks']} ranks ({where}), {result['numel']} fp32 parameters in {result['tensors']} "
           f"tensors, D-Lion votes={args.votes}, median of {args.iters} steps (min in brackets)")
     mavo = med["D-Lion MaVo (pride)"]
-    print(f"{'step':<22} {'time (ms)':>18} {'D-Lion faster by':>17}")
+    print(f"{'step':<24} {'time (ms)':>18} {'D-Lion faster by':>17}")
     for name, t in med.items():
-        print(f"{name:<22} {t * 1e3:>9.1f} [{result['min_s'][name] * 1e3:>6.1f}] {t / mavo:>16.2f}x")
+        print(f"{name:<24} {t * 1e3:>9.1f} [{result['min_s'][name] * 1e3:>6.1f}] {t / mavo:>16.2f}x")
     print(f"# D-Lion sent {result['dlion_bytes_per_step'] * 8 / result['numel']:.3f} bits per parameter per step "
           f"(rank 0); an fp32 ring all-reduce sends {64 * (result['ranks'] - 1) / result['ranks']:.1f}")
+    print(f"# the D-Lion step takes {mavo / med['D-Lion local work only']:.2f}x its ranks' local work alone")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
