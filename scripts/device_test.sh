@@ -102,8 +102,9 @@ fi
 if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
   args=(-q -p no:cacheprovider --junitxml="$RESULTS/pytest.xml" tests/python)
   # Every multi-process test spawns ranks that import the CUDA torch (seconds each): run tests side by
-  # side where pytest-xdist is installed (the GPU image has it).
-  if "$PY" -c "import xdist" 2>/dev/null; then args+=(-n "$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))"); fi
+  # side where pytest-xdist is installed (the GPU image has it); tests marked xdist_group (the NCCL
+  # ones) run one after another in one worker.
+  if "$PY" -c "import xdist" 2>/dev/null; then args+=(-n "$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))" --dist loadgroup); fi
   [ "$SUITE" = gpu ] && args+=(-m gpu)
   [ -n "$PYTEST_K" ] && args+=(-k "$PYTEST_K")
   say "pytest ${args[*]}"

@@ -120,9 +120,17 @@ intrusive_ptr<Work> PrideBackend::nccl_allreduce(std::vector<at::Tensor>& tensor
   const auto red = nccl_op(op, tensors[0].scalar_type());
   if (!dtype || !red) return {};
   uint64_t total = 0;
-  for (const auto& t : tensors) total += uint64_t(t.numel());
+  std::vector<size_t> sizes;
+  for (const auto& t : tensors) {
+    total += uint64_t(t.numel());
+    sizes.push_back(size_t(t.numel()));
+  }
+  // A bucket is one NCCL allreduce per tensor: ranks whose tensors add up to the same total but are
+  // cut differently would reach NCCL with different counts, so the sizes are in the fingerprint.
+  const uint64_t digest = sizes.size() > 1 ? (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1) : 0;
+  const uint64_t detail = uint64_t(op.op_) | digest;
   std::vector<at::Tensor> ts = tensors;
-  return enqueue_nccl(type, name, "allreduce", fingerprint(OpId::kAllreduce, ts[0], total, uint64_t(op.op_)), ts, ts,
+  return enqueue_nccl(type, name, "allreduce", fingerprint(OpId::kAllreduce, ts[0], total, detail), ts, ts,
                       [ts, dtype, red](NcclCall& call) {
                         call.run("ncclAllReduce", [&](NcclComm& nccl, cudaStream_t stream) {
                           for (const auto& t : ts) {  // a bucket of tensors: one NCCL group

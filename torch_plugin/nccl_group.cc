@@ -132,8 +132,9 @@ void NcclCall::run(const char* what, const std::function<void(NcclComm&, cudaStr
   auto failure = [&nccl] { return nccl.async_error(); };
   bool group_open = false;
   try {
-    nccl.check(ncclGroupStart(), "ncclGroupStart");
-    group_open = true;
+    const ncclResult_t started = ncclGroupStart();
+    group_open = started == ncclSuccess;  // set before the check, which may throw
+    nccl.check(started, "ncclGroupStart");
     calls(nccl, stream_);
     group_open = false;
     nccl.check(ncclGroupEnd(), what);

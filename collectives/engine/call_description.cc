@@ -33,7 +33,9 @@ std::string sign_enum(uint64_t code, Enum last) {
 
 std::string describe_standard(const Fingerprint& f) {
   switch (OpId(f.op)) {
-    case OpId::kAllreduce: return fmt::format("allreduce {} {} numel {}", reduce_op(f.detail), scalar(f.dtype), f.numel);
+    case OpId::kAllreduce:  // detail: the op, and over NCCL a bucket's sizes digest above it
+      return fmt::format("allreduce {} {} numel {}{}", reduce_op(f.detail & 0xff), scalar(f.dtype), f.numel,
+                         f.detail >> 8 ? fmt::format(" (sizes digest {:#x})", f.detail >> 8) : "");
     case OpId::kReduce:
       return fmt::format("reduce {} {} numel {} to root {}", reduce_op(f.detail & 0xff), scalar(f.dtype), f.numel,
                          f.detail >> 8);
