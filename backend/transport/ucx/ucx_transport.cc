@@ -297,10 +297,13 @@ ucs_memory_type_t ucs_memory_type(MemoryType memory) {
   return memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
 }
 
-// UCX guesses the memory type of an untagged pointer, and guesses host for device memory unless its
-// memory-type cache knows better: device buffers are always tagged.
+// Every buffer says where it lives. A host tag is taken as given (UCX skips its detection). A CUDA tag
+// is only a hint: UCX still looks the pointer up, in its memory-type cache when that is on, and a
+// pointer the cache never saw allocated (the caching allocator's blocks from before UCX started) is
+// taken for host memory, which its shared-memory copies would then read as such. pride's Python
+// package therefore turns the cache off (UCX_MEMTYPE_CACHE=n unless the user set it), so that UCX asks
+// the CUDA driver about each device buffer.
 void tag_memory(ucp_request_param_t& param, MemoryType memory) {
-  if (memory == MemoryType::kHost) return;
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   param.memory_type = ucs_memory_type(memory);
 }

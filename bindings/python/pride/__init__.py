@@ -9,10 +9,18 @@ Importing pride registers the torch.distributed backend "pride"::
     pride.sign_allreduce(t, mode="vote")      # in place: the element-wise majority of the ranks' signs
 """
 
+import os
+
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
 import torch.distributed  # noqa: F401
 
-from . import _C
+# UCX reads this when its library loads, below. Its memory-type cache learns of CUDA allocations as
+# they are made, so it takes blocks that torch's caching allocator got before UCX started for host
+# memory, even in a message tagged CUDA; without the cache UCX asks the CUDA driver about each device
+# buffer (ucx_transport.cc). Host buffers are tagged as such and never looked up. The user's setting wins.
+os.environ.setdefault("UCX_MEMTYPE_CACHE", "n")
+
+from . import _C  # noqa: E402
 from ._registration import register_backend as _register_backend
 from .collectives import (
     compressed_allreduce,
