@@ -10,6 +10,7 @@
 #include "collectives/engine/compressed/onebit_allreduce.h"
 #include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
+#include "torch_plugin/zero_one_adam_steps.h"
 #ifdef PRIDE_WITH_CUDA_TENSORS
 #include "torch_plugin/distributed_lion_cuda.h"
 #endif
@@ -141,6 +142,39 @@ PYBIND11_MODULE(_C, m) {
       "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one). "
       "grads/momenta entries may be None (no gradient on this rank: it abstains). Returns False, having "
       "applied nothing, when the ranks' layout digests differ.");
+
+  m.def("zero_one_adam_fused_supported", &pride::torch_plugin::zero_one_adam_fused_supported, py::arg("params"),
+        py::arg("grads"), py::arg("momenta"), py::arg("variances"), py::arg("accumulators"),
+        py::arg("anchors") = std::vector<at::Tensor>{},
+        "Whether ZeroOneAdam's fused steps take these tensors (CPU, contiguous, one float dtype, float32 state).");
+  m.def(
+      "zero_one_adam_local_step",
+      [](const std::vector<at::Tensor>& params, const std::vector<std::optional<at::Tensor>>& grads,
+         const std::vector<at::Tensor>& momenta, const std::vector<at::Tensor>& variances,
+         const std::vector<at::Tensor>& accumulators, const std::optional<at::Tensor>& scaled, double lr, double beta1,
+         double eps, double weight_decay, double step_size, double bias_correction2_sqrt, bool bias_correction) {
+        const pride::bits::AdamLocalStep step{lr, beta1, eps, weight_decay, step_size, bias_correction2_sqrt,
+                                              bias_correction};
+        py::gil_scoped_release release;
+        pride::torch_plugin::zero_one_adam_local_step(params, grads, momenta, variances, accumulators, scaled, step);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("variances"), py::arg("accumulators"),
+      py::arg("scaled"), py::arg("lr"), py::arg("beta1"), py::arg("eps"), py::arg("weight_decay"),
+      py::arg("step_size"), py::arg("bias_correction2_sqrt"), py::arg("bias_correction"),
+      "0/1 Adam's fused local step after the variance froze (collectives/bits/compressed_adam.h); with `scaled` "
+      "(the group's flat float32 buffer) a synchronisation step's first half.");
+  m.def(
+      "zero_one_adam_sync",
+      [](const at::Tensor& mean, const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& momenta,
+         const std::vector<at::Tensor>& variances, const std::vector<at::Tensor>& accumulators,
+         const std::vector<at::Tensor>& anchors, double eps, double lr_sum, bool mask_zero_variance) {
+        const pride::bits::AdamSync sync{eps, lr_sum, mask_zero_variance};
+        py::gil_scoped_release release;
+        pride::torch_plugin::zero_one_adam_sync(mean, params, momenta, variances, accumulators, anchors, sync);
+      },
+      py::arg("mean"), py::arg("params"), py::arg("momenta"), py::arg("variances"), py::arg("accumulators"),
+      py::arg("anchors"), py::arg("eps"), py::arg("lr_sum"), py::arg("mask_zero_variance"),
+      "0/1 Adam's fused synchronisation from the compressed allreduce's mean: momentum, anchor, parameters.");
 
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });

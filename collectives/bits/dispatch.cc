@@ -15,8 +15,10 @@ using detail::KernelTable;
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) && defined(PRIDE_HAVE_AVX2_KERNELS)
-  // f16c is part of the AVX2 path too (fp16 <-> float32 conversions); every AVX2 CPU has it.
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("popcnt");
+  // f16c (fp16 <-> float32 conversions) and fma (compressed Adam's lerp) are part of the AVX2 path
+  // too; every AVX2 CPU has them.
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("popcnt") &&
+         __builtin_cpu_supports("fma");
 #else
   return false;
 #endif

@@ -49,6 +49,28 @@ struct OnebitKernels {
   void (*expand_signs)(const uint64_t* signs, float scale, size_t n, float* out);
 };
 
+// 0/1 Adam's fused frozen-variance steps (compressed_adam.h), their scalars as float32 the way torch
+// casts the optimizer's python floats.
+struct AdamLocalParams {
+  float weight;                 // 1 − β1, lerp's weight
+  float decay_factor;           // 1 − lr·λ
+  float eps;
+  float neg_step_size;          // −step size, addcdiv's value
+  float bias_correction2_sqrt;  // sqrt(1 − β2^t_v)
+  bool decay;                   // λ ≠ 0 (torch skips the multiplication otherwise)
+  bool bias_corrected;
+};
+struct AdamSyncParams {
+  float eps;
+  float neg_lr_sum;  // −Σlr
+  bool mask_zero_variance;
+  bool set_momentum;  // Σlr > 0
+};
+using AdamLocalStepFn = void (*)(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
+                                 const AdamLocalParams& a, float* scaled);
+using AdamSyncFn = void (*)(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p, size_t n,
+                            const AdamSyncParams& s);
+
 struct KernelTable {
   Isa isa;
   PackBinaryFn pack_binary[kNumDTypes];
@@ -71,6 +93,8 @@ struct KernelTable {
   size_t (*popcount)(const uint64_t* plane, size_t n);
   size_t (*count_equal)(const uint64_t* a, const uint64_t* b, size_t n);
   OnebitKernels onebit;
+  AdamLocalStepFn adam_local_step[kNumDTypes];
+  AdamSyncFn adam_sync[kNumDTypes];
 };
 
 const KernelTable& portable_table();

@@ -1,7 +1,8 @@
-// AVX2 kernels. This translation unit alone is compiled with -mavx2 -mf16c -mpopcnt, and
+// AVX2 kernels. This translation unit alone is compiled with -mavx2 -mf16c -mpopcnt -mfma, and
 // dispatch.cc calls into it only after checking the CPU for those features.
 #define PRIDE_KERNEL_NS avx2
 
+#include "collectives/bits/compressed_adam_impl.h"
 #include "collectives/bits/counters_impl.h"
 #include "collectives/bits/elementwise_avx2.h"
 #include "collectives/bits/kernel_table.h"
@@ -42,6 +43,8 @@ const KernelTable& avx2_table() {
       count_equal,
       {onebit_add_error_and_square_sum, onebit_square_sum_only, onebit_compress_signs, onebit_average_signs,
        onebit_expand_signs},
+      {adam_local_step<F32>, adam_local_step<BF16>, adam_local_step<F16>, nullptr},
+      {adam_sync<F32>, adam_sync<BF16>, adam_sync<F16>, nullptr},
   };
   return table;
 }

@@ -2,6 +2,7 @@
 // must match bit for bit, and the fallback on CPUs without AVX2.
 #define PRIDE_KERNEL_NS portable
 
+#include "collectives/bits/compressed_adam_impl.h"
 #include "collectives/bits/counters_impl.h"
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
@@ -86,6 +87,8 @@ const KernelTable& portable_table() {
       count_equal,
       {onebit_add_error_and_square_sum, onebit_square_sum, onebit_compress_signs, onebit_average_signs,
        onebit_expand_signs},
+      {adam_local_step<F32>, adam_local_step<BF16>, adam_local_step<F16>, nullptr},
+      {adam_sync<F32>, adam_sync<BF16>, adam_sync<F16>, nullptr},
   };
   return table;
 }

@@ -21,6 +21,11 @@ _log = logging.getLogger("pride")
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
+# The square root of the variance in the torch operations' path. torch's CPU sqrt (MKL's vector math)
+# is not correctly rounded, unlike CUDA's and pride's fused kernels' (compressed_adam.h); the tests put
+# a correctly rounded one here to compare that path with the fused kernels bit for bit.
+_sqrt = torch.sqrt
+
 
 class CompressedAdamBase(torch.optim.Optimizer):
     """Shared machinery; see OneBitAdam and ZeroOneAdam."""
@@ -173,20 +178,27 @@ class CompressedAdamBase(torch.optim.Optimizer):
         always 0, a dead unit) Adam's update would be ±scale/eps and the parameter would blow up.
         With ``mask_zero_variance`` (the default) those elements are zeroed after the allreduce:
         DeepSpeed's ``exp_avg_mask``, derived from the variance, the same on every rank."""
-        worker, server = self._errors(g)
-        flat = self._flat_buffer(worker)
+        flat = self._group_flat_buffer(g)
         torch.cat([t.reshape(-1) for t in tensors], out=flat)
-        _, world = self._world()
-        if world > 1:
-            compressed_allreduce(flat, worker, server, group=self.group)
-        else:
-            _compress_alone(flat, worker, server)
+        self._compressed_mean_in_place(g, flat)
         for i, (t, part) in enumerate(zip(tensors, flat.split([t.numel() for t in tensors]))):
             t.copy_(part.view_as(t))
             if variances is not None and g["mask_zero_variance"]:
                 mask = self._nonzero_variance(variances[i])
                 if mask is not None:
                     t.mul_(mask)
+
+    def _compressed_mean_in_place(self, g, flat):
+        """The ranks' mean of the group's flat float32 vector through the compressed allreduce, in place."""
+        worker, server = self._errors(g)
+        _, world = self._world()
+        if world > 1:
+            compressed_allreduce(flat, worker, server, group=self.group)
+        else:
+            _compress_alone(flat, worker, server)
+
+    def _group_flat_buffer(self, g):
+        return self._flat_buffer(self._errors(g)[0])
 
     def _flat_buffer(self, worker_error):
         """A float32 buffer the size of the group's flat vector, kept between steps: a fresh 16 MiB
@@ -222,10 +234,10 @@ class CompressedAdamBase(torch.optim.Optimizer):
         a lower-precision parameter is updated in float32 and rounded once."""
         if bias_correction:
             step_size = lr / (1 - beta1 ** m_step)
-            denom = (v.sqrt() / ((1 - beta2 ** v_step) ** 0.5)).add_(eps)
+            denom = (_sqrt(v) / ((1 - beta2 ** v_step) ** 0.5)).add_(eps)
         else:
             step_size = lr
-            denom = v.sqrt().add_(eps)
+            denom = _sqrt(v).add_(eps)
         if p.dtype == torch.float32:
             if weight_decay != 0:
                 p.mul_(1 - lr * weight_decay)

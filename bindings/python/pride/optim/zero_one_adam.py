@@ -2,6 +2,7 @@
 
 import torch
 
+from . import _onebit
 from ._onebit import CompressedAdamBase
 
 
@@ -107,13 +108,62 @@ class ZeroOneAdam(CompressedAdamBase):
                 acc.zero_()
                 anchor.copy_(p)
 
+    # CPU tensors take the fused kernels (collectives/bits/compressed_adam.h: one pass per step instead
+    # of about ten torch operations, the same bits); anything else, or False here, the torch operations.
+    _use_fused_kernels = True
+
     def _local_step(self, g):
         t = g["step"] + 1
+        g["lrs"] += g["lr"]
+        sync = t % g["local_step_interval"] == 0
+        if not self._fused_local_step(g, t, sync):
+            self._torch_local_step(g, t, sync)
+        if sync:
+            g["lrs"] = 0.0
+        g["local_step_counter"] += 1
+        if g["local_step_counter"] == g["local_step_scaler"]:
+            g["local_step_counter"] = 0
+            g["local_step_interval"] = min(g["local_step_clipper"], 2 * g["local_step_interval"])
+        g["step"] = t
+
+    def _fused_local_step(self, g, t, sync):
+        """The local step (and a synchronisation) by pride's fused CPU kernels; False, having done nothing,
+        where they do not apply (CUDA tensors, mixed dtypes, non-contiguous tensors)."""
+        if not self._use_fused_kernels:
+            return False
+        from .. import _C
+
+        params = g["params"]
+        if any(p.grad is not None and p.grad.is_sparse for p in params):
+            raise RuntimeError("pride's compressed Adam optimizers do not support sparse gradients")
+        moments = [self._moments(p) for p in params]
+        kept = [self._accumulator(p) for p in params]
+        grads = [p.grad for p in params]
+        momenta, variances = [m for m, _ in moments], [v for _, v in moments]
+        accumulators, anchors = [a for a, _ in kept], [b for _, b in kept]
+        if not _C.zero_one_adam_fused_supported(params, grads, momenta, variances, accumulators, anchors):
+            return False
+        beta1, beta2 = g["betas"]
+        lr, eps = g["lr"], g["eps"]
+        v_step = max(g["var_steps"], 1)
+        if g["bias_correction"]:
+            step_size, bc2_sqrt = lr / (1 - beta1 ** t), (1 - beta2 ** v_step) ** 0.5
+        else:
+            step_size, bc2_sqrt = lr, 1.0
+        flat = self._group_flat_buffer(g) if sync else None
+        _C.zero_one_adam_local_step(params, grads, momenta, variances, accumulators, flat, lr=lr, beta1=beta1,
+                                    eps=eps, weight_decay=g["weight_decay"], step_size=step_size,
+                                    bias_correction2_sqrt=bc2_sqrt, bias_correction=g["bias_correction"])
+        if sync:
+            self._compressed_mean_in_place(g, flat)
+            _C.zero_one_adam_sync(flat, params, momenta, variances, accumulators, anchors, eps=eps,
+                                  lr_sum=g["lrs"], mask_zero_variance=g["mask_zero_variance"])
+        return True
+
+    def _torch_local_step(self, g, t, sync):
         beta1, beta2 = g["betas"]
         lr, eps = g["lr"], g["eps"]
         moments = [self._moments(p) for p in g["params"]]
-        g["lrs"] += lr
-        sync = t % g["local_step_interval"] == 0
         accumulators = []
         for p, (m, v), grad in zip(g["params"], moments, self._local_grads(g)):
             m.lerp_(grad, 1 - beta1)
@@ -124,7 +174,7 @@ class ZeroOneAdam(CompressedAdamBase):
             acc.add_(p.float() - before)  # u: the sum of this rank's steps since the last synchronisation
             accumulators.append((p, m, v, acc, anchor))
         if sync:
-            denoms = [v.sqrt().add_(eps) for _, _, v, _, _ in accumulators]
+            denoms = [_onebit._sqrt(v).add_(eps) for _, _, v, _, _ in accumulators]
             steps = [acc.mul_(d) for (_, _, _, acc, _), d in zip(accumulators, denoms)]  # momentum units
             self._compressed_mean(g, steps, [v for _, _, v, _, _ in accumulators])
             for (p, m, v, acc, anchor), d in zip(accumulators, denoms):
@@ -133,9 +183,3 @@ class ZeroOneAdam(CompressedAdamBase):
                 anchor.add_(acc / d)
                 p.copy_(anchor)
                 acc.zero_()
-            g["lrs"] = 0.0
-        g["local_step_counter"] += 1
-        if g["local_step_counter"] == g["local_step_scaler"]:
-            g["local_step_counter"] = 0
-            g["local_step_interval"] = min(g["local_step_clipper"], 2 * g["local_step_interval"])
-        g["step"] = t

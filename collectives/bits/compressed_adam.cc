@@ -1,0 +1,45 @@
+// The public fused 0/1 Adam steps: the python floats become float32 as torch casts them, then a call
+// through the active ISA's table (compressed_adam_impl.h), whose variants give identical bits.
+#include "collectives/bits/compressed_adam.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "collectives/bits/kernel_table.h"
+
+namespace pride::bits {
+namespace {
+
+template <class Fn>
+Fn adam_kernel(Fn const (&entries)[detail::kNumDTypes], DType dtype, const char* what) {
+  const int i = static_cast<int>(dtype);
+  Fn fn = i >= 0 && i < detail::kNumDTypes ? entries[i] : nullptr;
+  if (fn == nullptr) throw std::invalid_argument(std::string(what) + " does not accept dtype " + dtype_name(dtype));
+  return fn;
+}
+
+}  // namespace
+
+void zero_one_adam_local_step(void* p, const void* g, DType dtype, float* m, const float* v, float* acc, size_t n,
+                              const AdamLocalStep& step, float* scaled) {
+  const detail::AdamLocalParams params{
+      static_cast<float>(1.0 - step.beta1),
+      static_cast<float>(1.0 - step.lr * step.weight_decay),
+      static_cast<float>(step.eps),
+      static_cast<float>(-step.step_size),
+      static_cast<float>(step.bias_correction2_sqrt),
+      step.weight_decay != 0.0,
+      step.bias_correction,
+  };
+  adam_kernel(detail::active_table().adam_local_step, dtype, "zero_one_adam_local_step")(p, g, m, v, acc, n, params,
+                                                                                          scaled);
+}
+
+void zero_one_adam_sync(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p, DType dtype,
+                        size_t n, const AdamSync& sync) {
+  const detail::AdamSyncParams params{static_cast<float>(sync.eps), static_cast<float>(-sync.lr_sum),
+                                      sync.mask_zero_variance, sync.lr_sum > 0.0};
+  adam_kernel(detail::active_table().adam_sync, dtype, "zero_one_adam_sync")(mean, v, m, anchor, acc, p, n, params);
+}
+
+}  // namespace pride::bits
