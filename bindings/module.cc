@@ -10,7 +10,7 @@
 #include "collectives/engine/compressed/onebit_allreduce.h"
 #include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
-#include "torch_plugin/zero_one_adam_steps.h"
+#include "torch_plugin/compressed_adam_steps.h"
 #ifdef PRIDE_WITH_CUDA_TENSORS
 #include "torch_plugin/distributed_lion_cuda.h"
 #endif
@@ -51,6 +51,9 @@ py::dict traffic_dict(const std::map<std::string, pride::TrafficCounters>& traff
 }
 
 }  // namespace
+
+using pride::torch_plugin::MaybeTensors;
+using pride::torch_plugin::Tensors;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "pride's C++ core: the c10d backend and the sign-allreduce engine";
@@ -143,16 +146,16 @@ PYBIND11_MODULE(_C, m) {
       "grads/momenta entries may be None (no gradient on this rank: it abstains). Returns False, having "
       "applied nothing, when the ranks' layout digests differ.");
 
-  m.def("zero_one_adam_fused_supported", &pride::torch_plugin::zero_one_adam_fused_supported, py::arg("params"),
-        py::arg("grads"), py::arg("momenta"), py::arg("variances"), py::arg("accumulators"),
-        py::arg("anchors") = std::vector<at::Tensor>{},
-        "Whether ZeroOneAdam's fused steps take these tensors (CPU, contiguous, one float dtype, float32 state).");
+  // 1-bit Adam's and 0/1 Adam's fused CPU steps (collectives/bits/compressed_adam.h).
+  m.def("compressed_adam_fused_supported", &pride::torch_plugin::compressed_adam_fused_supported, py::arg("params"),
+        py::arg("grads"), py::arg("states"),
+        "Whether the compressed Adam optimizers' fused steps take these tensors: CPU, contiguous, one float dtype "
+        "for parameters and gradients (or None), and each list of `states` float32 of the parameters' sizes.");
   m.def(
       "zero_one_adam_local_step",
-      [](const std::vector<at::Tensor>& params, const std::vector<std::optional<at::Tensor>>& grads,
-         const std::vector<at::Tensor>& momenta, const std::vector<at::Tensor>& variances,
-         const std::vector<at::Tensor>& accumulators, const std::optional<at::Tensor>& scaled, double lr, double beta1,
-         double eps, double weight_decay, double step_size, double bias_correction2_sqrt, bool bias_correction) {
+      [](const Tensors& params, const MaybeTensors& grads, const Tensors& momenta, const Tensors& variances,
+         const Tensors& accumulators, const std::optional<at::Tensor>& scaled, double lr, double beta1, double eps,
+         double weight_decay, double step_size, double bias_correction2_sqrt, bool bias_correction) {
         const pride::bits::AdamLocalStep step{lr, beta1, eps, weight_decay, step_size, bias_correction2_sqrt,
                                               bias_correction};
         py::gil_scoped_release release;
@@ -161,20 +164,42 @@ PYBIND11_MODULE(_C, m) {
       py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("variances"), py::arg("accumulators"),
       py::arg("scaled"), py::arg("lr"), py::arg("beta1"), py::arg("eps"), py::arg("weight_decay"),
       py::arg("step_size"), py::arg("bias_correction2_sqrt"), py::arg("bias_correction"),
-      "0/1 Adam's fused local step after the variance froze (collectives/bits/compressed_adam.h); with `scaled` "
-      "(the group's flat float32 buffer) a synchronisation step's first half.");
+      "0/1 Adam's local step after the variance froze; with `scaled` (the group's flat float32 buffer) a "
+      "synchronisation's first half.");
   m.def(
       "zero_one_adam_sync",
-      [](const at::Tensor& mean, const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& momenta,
-         const std::vector<at::Tensor>& variances, const std::vector<at::Tensor>& accumulators,
-         const std::vector<at::Tensor>& anchors, double eps, double lr_sum, bool mask_zero_variance) {
+      [](const at::Tensor& mean, const Tensors& params, const Tensors& momenta, const Tensors& variances,
+         const Tensors& accumulators, const Tensors& anchors, double eps, double lr_sum, bool mask_zero_variance) {
         const pride::bits::AdamSync sync{eps, lr_sum, mask_zero_variance};
         py::gil_scoped_release release;
         pride::torch_plugin::zero_one_adam_sync(mean, params, momenta, variances, accumulators, anchors, sync);
       },
       py::arg("mean"), py::arg("params"), py::arg("momenta"), py::arg("variances"), py::arg("accumulators"),
       py::arg("anchors"), py::arg("eps"), py::arg("lr_sum"), py::arg("mask_zero_variance"),
-      "0/1 Adam's fused synchronisation from the compressed allreduce's mean: momentum, anchor, parameters.");
+      "0/1 Adam's synchronisation from the compressed allreduce's mean: momenta, anchors, parameters.");
+  m.def(
+      "onebit_adam_momentum",
+      [](const Tensors& params, const MaybeTensors& grads, const Tensors& momenta, const at::Tensor& out,
+         double beta1) {
+        py::gil_scoped_release release;
+        pride::torch_plugin::onebit_adam_momentum(params, grads, momenta, out, beta1);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("out"), py::arg("beta1"),
+      "1-bit Adam's compressed step, first half: the momenta, also into the group's flat buffer `out`.");
+  m.def(
+      "onebit_adam_apply",
+      [](const at::Tensor& mean, const Tensors& params, const Tensors& momenta, const Tensors& variances, double lr,
+         double eps, double weight_decay, double step_size, double bias_correction2_sqrt, bool bias_correction,
+         bool mask_zero_variance) {
+        const pride::bits::AdamApply apply{lr, eps, weight_decay, step_size, bias_correction2_sqrt, bias_correction,
+                                           mask_zero_variance};
+        py::gil_scoped_release release;
+        pride::torch_plugin::onebit_adam_apply(mean, params, momenta, variances, apply);
+      },
+      py::arg("mean"), py::arg("params"), py::arg("momenta"), py::arg("variances"), py::arg("lr"), py::arg("eps"),
+      py::arg("weight_decay"), py::arg("step_size"), py::arg("bias_correction2_sqrt"), py::arg("bias_correction"),
+      py::arg("mask_zero_variance"),
+      "1-bit Adam's compressed step, second half, from the compressed allreduce's mean: momenta and parameters.");
 
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });

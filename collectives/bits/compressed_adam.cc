@@ -1,4 +1,4 @@
-// The public fused 0/1 Adam steps: the python floats become float32 as torch casts them, then a call
+// The public fused 1-bit Adam and 0/1 Adam steps: the python floats become float32 as torch casts them, then a call
 // through the active ISA's table (compressed_adam_impl.h), whose variants give identical bits.
 #include "collectives/bits/compressed_adam.h"
 
@@ -40,6 +40,25 @@ void zero_one_adam_sync(const float* mean, const float* v, float* m, float* anch
   const detail::AdamSyncParams params{static_cast<float>(sync.eps), static_cast<float>(-sync.lr_sum),
                                       sync.mask_zero_variance, sync.lr_sum > 0.0};
   adam_kernel(detail::active_table().adam_sync, dtype, "zero_one_adam_sync")(mean, v, m, anchor, acc, p, n, params);
+}
+
+void onebit_adam_momentum(const void* g, DType dtype, float* m, size_t n, double beta1, float* out) {
+  adam_kernel(detail::active_table().adam_momentum, dtype, "onebit_adam_momentum")(g, m, out, n,
+                                                                                   static_cast<float>(1.0 - beta1));
+}
+
+void onebit_adam_apply(const float* mean, const float* v, float* m, void* p, DType dtype, size_t n,
+                       const AdamApply& apply) {
+  const detail::AdamApplyParams params{
+      static_cast<float>(1.0 - apply.lr * apply.weight_decay),
+      static_cast<float>(apply.eps),
+      static_cast<float>(-apply.step_size),
+      static_cast<float>(apply.bias_correction2_sqrt),
+      apply.weight_decay != 0.0,
+      apply.bias_correction,
+      apply.mask_zero_variance,
+  };
+  adam_kernel(detail::active_table().adam_apply, dtype, "onebit_adam_apply")(mean, v, m, p, n, params);
 }
 
 }  // namespace pride::bits

@@ -1,20 +1,29 @@
-// 0/1 Adam's frozen-variance steps fused into one pass each (compressed_adam.h has the contract).
-// The loops are plain C++ compiled by each ISA translation unit; every operation is the float32
-// operation torch's CPU kernels perform for the optimizer's torch code, in the same order, so the fused
-// step and the torch one give the same bits:
+// 1-bit Adam's and 0/1 Adam's steps after the variance froze, fused into one pass each
+// (compressed_adam.h has the contract). The loops are plain C++ compiled by each ISA translation unit.
+// Every operation is the float32 operation torch's CPU kernels perform for the optimizers' torch code,
+// in the same order:
 //
 //   m.lerp_(g, w)              torch: fma(w, g − m, m) for w < 0.5, else fma(w − 1, g − m, g)
 //   p.mul_(factor)             p·factor, skipped when the weight decay is 0
 //   denom = sqrt(v) [/ bc2] + eps
 //   p.addcdiv_(m, denom, −s)   p + ((−s)·m) / denom
 //   acc.add_(p' − p)           acc + (p' − p), p' the stored parameter widened again
+//   t.mul_(v > 0)              t·1 or t·0
+//
+// except the square root, which is correctly rounded here (as CUDA's) and is not in torch's CPU kernels
+// (MKL's vector math).
 //
 // The AVX2 unit is compiled with FMA instructions and the library with -ffp-contract=off: std::fma
 // is the only fused multiply-add, and it rounds once on every ISA (the portable unit calls fmaf).
+//
+// Each loop has one variant per combination of the per-call switches, takes its tensors as restrict
+// parameters (they never overlap) and copies its scalars out of the parameter struct first: a branch,
+// a possible alias or a scalar that every store could change would each keep it from vectorizing.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "collectives/bits/element_traits.h"
 #include "collectives/bits/kernel_table.h"
@@ -23,35 +32,47 @@ namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
 // torch's lerp for a weight shared by every element (ATen's lerp_vec / lerp): with |w| < 0.5,
 // fma(w, to − from, from); otherwise fma(w − 1, to − from, to). The choice and the coefficient are the
-// loop's constants, so the element loop has no branch.
+// loop's constants.
 struct Lerp {
   float coefficient;
   bool from_start;
-  explicit Lerp(float weight) : coefficient(std::fabs(weight) < 0.5f ? weight : weight - 1.0f),
-                                from_start(std::fabs(weight) < 0.5f) {}
+  explicit Lerp(float weight)
+      : coefficient(std::fabs(weight) < 0.5f ? weight : weight - 1.0f), from_start(std::fabs(weight) < 0.5f) {}
   float operator()(float from, float to) const { return std::fma(coefficient, to - from, from_start ? from : to); }
 };
 
-// One variant per combination of the per-call switches, so that the element loop has no branch and
-// vectorizes.
-// The tensors never overlap (restrict parameters), and the scalars are copied out of `a` first:
-// otherwise every store could change them, and the loop would reload them instead of vectorizing.
+// The Adam update of one parameter element from its momentum m: decay, then p + (−s·m) / denom.
+template <bool kDecay, bool kBiasCorrected>
+struct AdamMove {
+  float decay_factor, eps, neg_step_size, bias_correction2_sqrt;
+  float operator()(float p, float m, float root) const {
+    const float decayed = kDecay ? p * decay_factor : p;
+    const float denom = (kBiasCorrected ? root / bias_correction2_sqrt : root) + eps;
+    return decayed + (neg_step_size * m) / denom;
+  }
+};
+
+// torch's t.mul_(v > 0): × 1.0 or × 0.0 (a negative value becomes −0). The factor is built from bits
+// so that the compiler multiplies in every lane rather than branching.
+inline float keep_where_variance(float x, float v) {
+  return x * f32_from_bits((0u - static_cast<uint32_t>(v > 0.0f)) & 0x3F800000u);
+}
+
+// ---- 0/1 Adam -----------------------------------------------------------------------------------
+
 template <class Tr, bool kHasGrad, bool kDecay, bool kBiasCorrected, bool kSync>
-void adam_local_step_elements(typename Tr::T* __restrict__ p, const typename Tr::T* __restrict__ g,
-                              float* __restrict__ m, const float* __restrict__ v, float* __restrict__ acc, size_t n,
-                              const AdamLocalParams& a, float* __restrict__ scaled) {
+void zero_one_local_elements(typename Tr::T* __restrict__ p, const typename Tr::T* __restrict__ g,
+                             float* __restrict__ m, const float* __restrict__ v, float* __restrict__ acc, size_t n,
+                             const AdamLocalParams& a, float* __restrict__ scaled) {
   const Lerp lerp(a.weight);
-  const float decay_factor = a.decay_factor, eps = a.eps, neg_step_size = a.neg_step_size;
-  const float bias_correction2_sqrt = a.bias_correction2_sqrt;
+  const AdamMove<kDecay, kBiasCorrected> move{a.decay_factor, a.eps, a.neg_step_size, a.bias_correction2_sqrt};
+  const float eps = a.eps;
   for (size_t i = 0; i < n; ++i) {
-    const float gi = kHasGrad ? Tr::to_f32(g[i]) : 0.0f;
-    const float mi = lerp(m[i], gi);
+    const float mi = lerp(m[i], kHasGrad ? Tr::to_f32(g[i]) : 0.0f);
     m[i] = mi;
     const float before = Tr::to_f32(p[i]);
-    const float decayed = kDecay ? before * decay_factor : before;
     const float root = std::sqrt(v[i]);
-    const float denom = (kBiasCorrected ? root / bias_correction2_sqrt : root) + eps;
-    const typename Tr::T stored = Tr::from_f32(decayed + (neg_step_size * mi) / denom);
+    const typename Tr::T stored = Tr::from_f32(move(before, mi, root));
     p[i] = stored;
     const float total = acc[i] + (Tr::to_f32(stored) - before);
     if (kSync) {
@@ -62,40 +83,35 @@ void adam_local_step_elements(typename Tr::T* __restrict__ p, const typename Tr:
   }
 }
 
-template <class Tr, bool kHasGrad, bool kDecay, bool kBiasCorrected, bool kSync>
-void adam_local_step_loop(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
-                          const AdamLocalParams& a, float* scaled) {
-  adam_local_step_elements<Tr, kHasGrad, kDecay, kBiasCorrected, kSync>(
-      static_cast<typename Tr::T*>(p), static_cast<const typename Tr::T*>(g), m, v, acc, n, a, scaled);
-}
-
 template <class Tr, bool kHasGrad, bool kDecay, bool kBiasCorrected>
-void adam_local_step_sync(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
-                          const AdamLocalParams& a, float* scaled) {
+void zero_one_local_sync(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
+                         const AdamLocalParams& a, float* scaled) {
+  auto* pt = static_cast<typename Tr::T*>(p);
+  const auto* gt = static_cast<const typename Tr::T*>(g);
   if (scaled != nullptr) {
-    adam_local_step_loop<Tr, kHasGrad, kDecay, kBiasCorrected, true>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_elements<Tr, kHasGrad, kDecay, kBiasCorrected, true>(pt, gt, m, v, acc, n, a, scaled);
   } else {
-    adam_local_step_loop<Tr, kHasGrad, kDecay, kBiasCorrected, false>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_elements<Tr, kHasGrad, kDecay, kBiasCorrected, false>(pt, gt, m, v, acc, n, a, scaled);
   }
 }
 
 template <class Tr, bool kHasGrad, bool kDecay>
-void adam_local_step_bias(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
-                          const AdamLocalParams& a, float* scaled) {
+void zero_one_local_bias(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
+                         const AdamLocalParams& a, float* scaled) {
   if (a.bias_corrected) {
-    adam_local_step_sync<Tr, kHasGrad, kDecay, true>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_sync<Tr, kHasGrad, kDecay, true>(p, g, m, v, acc, n, a, scaled);
   } else {
-    adam_local_step_sync<Tr, kHasGrad, kDecay, false>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_sync<Tr, kHasGrad, kDecay, false>(p, g, m, v, acc, n, a, scaled);
   }
 }
 
 template <class Tr, bool kHasGrad>
-void adam_local_step_decay(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
-                           const AdamLocalParams& a, float* scaled) {
+void zero_one_local_decay(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
+                          const AdamLocalParams& a, float* scaled) {
   if (a.decay) {
-    adam_local_step_bias<Tr, kHasGrad, true>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_bias<Tr, kHasGrad, true>(p, g, m, v, acc, n, a, scaled);
   } else {
-    adam_local_step_bias<Tr, kHasGrad, false>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_bias<Tr, kHasGrad, false>(p, g, m, v, acc, n, a, scaled);
   }
 }
 
@@ -103,22 +119,19 @@ template <class Tr>
 void adam_local_step(void* p, const void* g, float* m, const float* v, float* acc, size_t n, const AdamLocalParams& a,
                      float* scaled) {
   if (g != nullptr) {
-    adam_local_step_decay<Tr, true>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_decay<Tr, true>(p, g, m, v, acc, n, a, scaled);
   } else {
-    adam_local_step_decay<Tr, false>(p, g, m, v, acc, n, a, scaled);
+    zero_one_local_decay<Tr, false>(p, g, m, v, acc, n, a, scaled);
   }
 }
 
 template <class Tr, bool kMask, bool kSetMomentum>
-void adam_sync_elements(const float* __restrict__ mean, const float* __restrict__ v, float* __restrict__ m,
-                        float* __restrict__ anchor, float* __restrict__ acc, typename Tr::T* __restrict__ p, size_t n,
-                        const AdamSyncParams& s) {
+void zero_one_sync_elements(const float* __restrict__ mean, const float* __restrict__ v, float* __restrict__ m,
+                            float* __restrict__ anchor, float* __restrict__ acc, typename Tr::T* __restrict__ p,
+                            size_t n, const AdamSyncParams& s) {
   const float eps = s.eps, neg_lr_sum = s.neg_lr_sum;
   for (size_t i = 0; i < n; ++i) {
-    // torch's mul by the bool mask v > 0: × 1.0 or × 0.0 (a negative value becomes −0). The factor
-    // is built from bits so that the compiler multiplies in every lane rather than branching.
-    const float keep = f32_from_bits((0u - static_cast<uint32_t>(v[i] > 0.0f)) & 0x3F800000u);
-    const float x = kMask ? mean[i] * keep : mean[i];
+    const float x = kMask ? keep_where_variance(mean[i], v[i]) : mean[i];
     if (kSetMomentum) m[i] = x / neg_lr_sum;
     const float a = anchor[i] + x / (std::sqrt(v[i]) + eps);
     anchor[i] = a;
@@ -127,22 +140,69 @@ void adam_sync_elements(const float* __restrict__ mean, const float* __restrict_
   }
 }
 
-template <class Tr, bool kMask, bool kSetMomentum>
-void adam_sync_loop(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p, size_t n,
-                    const AdamSyncParams& s) {
-  adam_sync_elements<Tr, kMask, kSetMomentum>(mean, v, m, anchor, acc, static_cast<typename Tr::T*>(p), n, s);
-}
-
 template <class Tr>
 void adam_sync(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p, size_t n,
                const AdamSyncParams& s) {
+  auto* pt = static_cast<typename Tr::T*>(p);
   if (s.mask_zero_variance) {
-    if (s.set_momentum) adam_sync_loop<Tr, true, true>(mean, v, m, anchor, acc, p, n, s);
-    else adam_sync_loop<Tr, true, false>(mean, v, m, anchor, acc, p, n, s);
+    if (s.set_momentum) zero_one_sync_elements<Tr, true, true>(mean, v, m, anchor, acc, pt, n, s);
+    else zero_one_sync_elements<Tr, true, false>(mean, v, m, anchor, acc, pt, n, s);
   } else {
-    if (s.set_momentum) adam_sync_loop<Tr, false, true>(mean, v, m, anchor, acc, p, n, s);
-    else adam_sync_loop<Tr, false, false>(mean, v, m, anchor, acc, p, n, s);
+    if (s.set_momentum) zero_one_sync_elements<Tr, false, true>(mean, v, m, anchor, acc, pt, n, s);
+    else zero_one_sync_elements<Tr, false, false>(mean, v, m, anchor, acc, pt, n, s);
   }
+}
+
+// ---- 1-bit Adam ---------------------------------------------------------------------------------
+
+template <class Tr, bool kHasGrad>
+void onebit_momentum_elements(const typename Tr::T* __restrict__ g, float* __restrict__ m, float* __restrict__ out,
+                              size_t n, float weight) {
+  const Lerp lerp(weight);
+  for (size_t i = 0; i < n; ++i) {
+    const float mi = lerp(m[i], kHasGrad ? Tr::to_f32(g[i]) : 0.0f);
+    m[i] = mi;
+    out[i] = mi;
+  }
+}
+
+template <class Tr>
+void adam_momentum(const void* g, float* m, float* out, size_t n, float weight) {
+  const auto* gt = static_cast<const typename Tr::T*>(g);
+  if (g != nullptr) onebit_momentum_elements<Tr, true>(gt, m, out, n, weight);
+  else onebit_momentum_elements<Tr, false>(gt, m, out, n, weight);
+}
+
+template <class Tr, bool kMask, bool kDecay, bool kBiasCorrected>
+void onebit_apply_elements(const float* __restrict__ mean, const float* __restrict__ v, float* __restrict__ m,
+                           typename Tr::T* __restrict__ p, size_t n, const AdamApplyParams& a) {
+  const AdamMove<kDecay, kBiasCorrected> move{a.decay_factor, a.eps, a.neg_step_size, a.bias_correction2_sqrt};
+  for (size_t i = 0; i < n; ++i) {
+    const float x = kMask ? keep_where_variance(mean[i], v[i]) : mean[i];
+    m[i] = x;
+    p[i] = Tr::from_f32(move(Tr::to_f32(p[i]), x, std::sqrt(v[i])));
+  }
+}
+
+template <class Tr, bool kMask, bool kDecay>
+void onebit_apply_bias(const float* mean, const float* v, float* m, typename Tr::T* p, size_t n,
+                       const AdamApplyParams& a) {
+  if (a.bias_corrected) onebit_apply_elements<Tr, kMask, kDecay, true>(mean, v, m, p, n, a);
+  else onebit_apply_elements<Tr, kMask, kDecay, false>(mean, v, m, p, n, a);
+}
+
+template <class Tr, bool kMask>
+void onebit_apply_decay(const float* mean, const float* v, float* m, typename Tr::T* p, size_t n,
+                        const AdamApplyParams& a) {
+  if (a.decay) onebit_apply_bias<Tr, kMask, true>(mean, v, m, p, n, a);
+  else onebit_apply_bias<Tr, kMask, false>(mean, v, m, p, n, a);
+}
+
+template <class Tr>
+void adam_apply(const float* mean, const float* v, float* m, void* p, size_t n, const AdamApplyParams& a) {
+  auto* pt = static_cast<typename Tr::T*>(p);
+  if (a.mask_zero_variance) onebit_apply_decay<Tr, true>(mean, v, m, pt, n, a);
+  else onebit_apply_decay<Tr, false>(mean, v, m, pt, n, a);
 }
 
 }  // namespace pride::bits::detail::PRIDE_KERNEL_NS

@@ -49,8 +49,8 @@ struct OnebitKernels {
   void (*expand_signs)(const uint64_t* signs, float scale, size_t n, float* out);
 };
 
-// 0/1 Adam's fused frozen-variance steps (compressed_adam.h), their scalars as float32 the way torch
-// casts the optimizer's python floats.
+// 1-bit Adam's and 0/1 Adam's fused frozen-variance steps (compressed_adam.h), their scalars as float32
+// the way torch casts the optimizers' python floats.
 struct AdamLocalParams {
   float weight;                 // 1 − β1, lerp's weight
   float decay_factor;           // 1 − lr·λ
@@ -65,6 +65,10 @@ struct AdamSyncParams {
   float neg_lr_sum;  // −Σlr
   bool mask_zero_variance;
   bool set_momentum;  // Σlr > 0
+};
+struct AdamApplyParams {
+  float decay_factor, eps, neg_step_size, bias_correction2_sqrt;
+  bool decay, bias_corrected, mask_zero_variance;
 };
 using AdamLocalStepFn = void (*)(void* p, const void* g, float* m, const float* v, float* acc, size_t n,
                                  const AdamLocalParams& a, float* scaled);
@@ -95,6 +99,9 @@ struct KernelTable {
   OnebitKernels onebit;
   AdamLocalStepFn adam_local_step[kNumDTypes];
   AdamSyncFn adam_sync[kNumDTypes];
+  void (*adam_momentum[kNumDTypes])(const void* g, float* m, float* out, size_t n, float weight);
+  void (*adam_apply[kNumDTypes])(const float* mean, const float* v, float* m, void* p, size_t n,
+                                 const AdamApplyParams& a);
 };
 
 const KernelTable& portable_table();

@@ -45,6 +45,8 @@ const KernelTable& avx2_table() {
        onebit_expand_signs},
       {adam_local_step<F32>, adam_local_step<BF16>, adam_local_step<F16>, nullptr},
       {adam_sync<F32>, adam_sync<BF16>, adam_sync<F16>, nullptr},
+      {adam_momentum<F32>, adam_momentum<BF16>, adam_momentum<F16>, nullptr},
+      {adam_apply<F32>, adam_apply<BF16>, adam_apply<F16>, nullptr},
   };
   return table;
 }

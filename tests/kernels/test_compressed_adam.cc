@@ -1,6 +1,7 @@
-// 0/1 Adam's fused frozen-variance steps (compressed_adam.h) against a per-element oracle that spells
-// out torch's operations one at a time, on both ISAs, over every dtype, special values and odd lengths.
-// (tests/python/test_onebit.py compares the fused optimizer with its torch operations themselves.)
+// 1-bit Adam's and 0/1 Adam's fused frozen-variance steps (compressed_adam.h) against a per-element
+// oracle that spells out torch's operations one at a time, on both ISAs, over every dtype, special values
+// and odd lengths. (tests/python/test_onebit.py compares the fused optimizers with their torch
+// operations themselves.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,11 +129,64 @@ TEST_P(CompressedAdamTest, SyncIsTorchsOperationsOneAtATime) {
   }
 }
 
+TEST_P(CompressedAdamTest, OnebitMomentumAndApplyAreTorchsOperationsOneAtATime) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (size_t n : lengths()) {
+      for (int variant = 0; variant < 16; ++variant) {
+        const bool has_grad = variant & 1, decay = variant & 2, bias = variant & 4, mask = variant & 8;
+        const double beta1 = variant % 3 == 0 ? 0.3 : 0.9;
+        const auto g = random_values(dtype, n);
+        auto m = floats(random_values(DType::kFloat32, n));
+        const auto m0 = m;
+        std::vector<float> out(n, -7.0f);
+        onebit_adam_momentum(has_grad ? g.data() : nullptr, dtype, m.data(), n, beta1, out.data());
+        const float w = float(1 - beta1);
+        for (size_t j = 0; j < n; ++j) {
+          const float gj = has_grad ? to_float(dtype, g.data(), j) : 0.0f;
+          const float diff = gj - m0[j];
+          const float mj = std::fabs(w) < 0.5f ? std::fma(w, diff, m0[j]) : std::fma(w - 1.0f, diff, gj);
+          expect_float(mj, m[j], "m", j);
+          expect_float(mj, out[j], "out", j);
+        }
+        AdamApply apply;
+        apply.lr = 3e-3;
+        apply.eps = 1e-6;
+        apply.weight_decay = decay ? 0.1 : 0.0;
+        apply.bias_correction = bias;
+        apply.step_size = bias ? apply.lr / (1 - std::pow(0.9, 7)) : apply.lr;
+        apply.bias_correction2_sqrt = bias ? std::sqrt(1 - std::pow(0.999, 5)) : 1.0;
+        apply.mask_zero_variance = mask;
+        const auto mean = floats(random_values(DType::kFloat32, n)), v = variance(n);
+        auto p = random_values(dtype, n);
+        const auto p0 = p;
+        onebit_adam_apply(mean.data(), v.data(), m.data(), p.data(), dtype, n, apply);
+        for (size_t j = 0; j < n; ++j) {
+          const float x = mask ? mean[j] * (v[j] > 0.0f ? 1.0f : 0.0f) : mean[j];
+          expect_float(x, m[j], "m after apply", j);
+          const float before = to_float(dtype, p0.data(), j);
+          const float decayed = decay ? before * float(1 - apply.lr * apply.weight_decay) : before;
+          const float root = std::sqrt(v[j]);
+          const float denom = (bias ? root / float(apply.bias_correction2_sqrt) : root) + float(apply.eps);
+          uint8_t want_p[4];
+          store_float(dtype, decayed + (float(-apply.step_size) * x) / denom, want_p, 0);
+          expect_same_value(dtype, want_p, p.data() + j * dtype_size(dtype), 0, "p");
+          if (HasFatalFailure() || HasNonfatalFailure()) {
+            FAIL() << dtype_name(dtype) << " n=" << n << " variant=" << variant;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CompressedAdam, RefusesInt8) {
   float m = 0, v = 0, acc = 0;
   int8_t p = 0;
   EXPECT_THROW(zero_one_adam_local_step(&p, nullptr, DType::kInt8, &m, &v, &acc, 1, {}, nullptr),
                std::invalid_argument);
+  EXPECT_THROW(zero_one_adam_sync(&m, &v, &m, &acc, &acc, &p, DType::kInt8, 1, {}), std::invalid_argument);
+  EXPECT_THROW(onebit_adam_momentum(&p, DType::kInt8, &m, 1, 0.9, &acc), std::invalid_argument);
+  EXPECT_THROW(onebit_adam_apply(&m, &v, &m, &p, DType::kInt8, 1, {}), std::invalid_argument);
 }
 
 PRIDE_INSTANTIATE_ISA_TESTS(CompressedAdamTest);

@@ -264,8 +264,8 @@ def test_saving_and_loading_each_ranks_state_resumes_exactly(kind):
     harness.run(_resume_worker, 2, kind)
 
 
-def _fused_vs_torch_worker(rank, world_size, store_path, dtype, bias_correction):
-    """Two ZeroOneAdam on the same parameters and gradients, one through pride's fused CPU kernels and one
+def _fused_vs_torch_worker(rank, world_size, store_path, kind, dtype, bias_correction):
+    """Two optimizers on the same parameters and gradients, one through pride's fused CPU kernels and one
     through its torch operations (the oracle: torch's own kernels, and numpy's square root, which unlike
     torch's CPU one is correctly rounded as the fused kernels' is): the same bits after every step."""
     import pride
@@ -276,17 +276,22 @@ def _fused_vs_torch_worker(rank, world_size, store_path, dtype, bias_correction)
     shapes = [(37, 5), (64,), (3, 3, 3), (1,)]
     gen = torch.Generator().manual_seed(5)
     start = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
-    kw = dict(lr=1e-2, eps=1e-3, weight_decay=0.01, var_freeze_step=4, var_update_scaler=1, local_step_scaler=2,
-              local_step_clipper=4, bias_correction=bias_correction)
+    kw = dict(eps=1e-3, weight_decay=0.01, bias_correction=bias_correction)  # lr 1e-2 (_make)
+    if kind == "zeroone":
+        kw.update(var_freeze_step=4, var_update_scaler=1, local_step_scaler=2, local_step_clipper=4)
+    else:
+        kw.update(freeze_step=4)
     runs = []
     for fused in (True, False):
         params = [torch.nn.Parameter(t.clone()) for t in start]
-        opt = pride.optim.ZeroOneAdam(params, **kw)
+        opt = _make(kind, params, **kw)
         opt._use_fused_kernels = fused
         runs.append((params, opt))
     took_fused = []
-    fused_step = runs[0][1]._fused_local_step
-    runs[0][1]._fused_local_step = lambda g, t, sync: took_fused.append(fused_step(g, t, sync)) or took_fused[-1]
+    fused_opt = runs[0][1]
+    name = "_fused_local_step" if kind == "zeroone" else "_fused_compressed_step"
+    fused_step = getattr(fused_opt, name)
+    setattr(fused_opt, name, lambda *a: took_fused.append(fused_step(*a)) or took_fused[-1])
     kinds = []
     for step in range(30):
         g = torch.Generator().manual_seed(100 * step + rank)
@@ -296,8 +301,11 @@ def _fused_vs_torch_worker(rank, world_size, store_path, dtype, bias_correction)
             grads[2] = None  # no gradient this step
         if step == 17:
             for _, opt in runs:
-                opt.param_groups[0]["lr"] = 3e-3  # the lr-weighted mean momentum sees two rates
-        kinds.append(runs[0][1].next_step_communicates())
+                opt.param_groups[0]["lr"] = 3e-3  # 0/1 Adam's lr-weighted mean momentum sees two rates
+        if kind == "zeroone":
+            kinds.append(fused_opt.next_step_communicates())
+        else:
+            kinds.append("1bit" if fused_opt.compressing() else "full")
         for params, opt in runs:
             for p, grad in zip(params, grads):
                 p.grad = None if grad is None else grad.clone()
@@ -309,7 +317,7 @@ def _fused_vs_torch_worker(rank, world_size, store_path, dtype, bias_correction)
             for key in ("exp_avg", "momentum_accumulator", "sync_anchor"):
                 if key in to.state[b]:
                     assert _same_bits(fo.state[a][key], to.state[b][key]), f"{where}: {key} of parameter {i}"
-    assert {"1bit", "none"} <= set(kinds[4:]), kinds
+    assert ({"1bit", "none"} if kind == "zeroone" else {"1bit"}) <= set(kinds[4:]), kinds
     assert took_fused and all(took_fused), "the fused kernels did not take the local steps"
     dist.destroy_process_group()
 
@@ -322,8 +330,9 @@ def _same_bits(a, b):
 
 @pytest.mark.parametrize("dtype,bias_correction", [(torch.float32, False), (torch.float32, True),
                                                    (torch.bfloat16, False), (torch.float16, True)])
-def test_zero_one_adam_fused_steps_are_its_torch_operations_bit_for_bit(dtype, bias_correction):
-    harness.run(_fused_vs_torch_worker, 2, dtype, bias_correction)
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_fused_steps_are_the_optimizers_torch_operations_bit_for_bit(kind, dtype, bias_correction):
+    harness.run(_fused_vs_torch_worker, 2, kind, dtype, bias_correction)
 
 
 def test_optimizers_refuse_bad_settings():

@@ -226,6 +226,29 @@ class CompressedAdamBase(torch.optim.Optimizer):
         cache[id(v)] = (weakref.ref(v), v._version, mask)
         return mask
 
+    # ---- The fused CPU kernels ----
+    # CPU tensors take pride's fused kernels after the variance froze (collectives/bits/compressed_adam.h:
+    # one or two passes per step instead of five to ten torch operations; the same bits but for the square
+    # root, which is correctly rounded there); anything else, or False here, the torch operations.
+    _use_fused_kernels = True
+
+    def _fused_kernels_take(self, params, grads, states):
+        if not self._use_fused_kernels:
+            return False
+        if any(grad is not None and grad.is_sparse for grad in grads):
+            raise RuntimeError("pride's compressed Adam optimizers do not support sparse gradients")
+        from .. import _C
+
+        return _C.compressed_adam_fused_supported(params, grads, states)
+
+    @staticmethod
+    def _step_size_and_bias_correction2_sqrt(g, m_step, v_step):
+        """Adam's step size and sqrt(1 − β2^v_step), as _adam_update computes them."""
+        if not g["bias_correction"]:
+            return g["lr"], 1.0
+        beta1, beta2 = g["betas"]
+        return g["lr"] / (1 - beta1 ** m_step), (1 - beta2 ** v_step) ** 0.5
+
     # ---- Adam's arithmetic, in torch.optim.AdamW's order (single-tensor path) ----
     @staticmethod
     def _adam_update(p, m, v, lr, eps, weight_decay, bias_correction, m_step, v_step, beta1, beta2):

@@ -53,6 +53,9 @@ class OneBitAdam(CompressedAdamBase):
             for (m, v), grad in zip(moments, self._averaged_grads(g)):
                 m.lerp_(grad, 1 - beta1)
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        elif self._fused_compressed_step(g, t, moments):
+            g["step"] = t
+            return
         else:
             for (m, _), grad in zip(moments, self._local_grads(g)):
                 m.lerp_(grad, 1 - beta1)
@@ -62,3 +65,22 @@ class OneBitAdam(CompressedAdamBase):
             self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t, v_step,
                               beta1, beta2)
         g["step"] = t
+
+    def _fused_compressed_step(self, g, t, moments):
+        """A compressed step by pride's fused CPU kernels; False, having done nothing, where they do not
+        apply (CUDA tensors, mixed dtypes, non-contiguous tensors)."""
+        params = g["params"]
+        grads = [p.grad for p in params]
+        momenta, variances = [m for m, _ in moments], [v for _, v in moments]
+        if not self._fused_kernels_take(params, grads, [momenta, variances]):
+            return False
+        from .. import _C
+
+        flat = self._group_flat_buffer(g)
+        _C.onebit_adam_momentum(params, grads, momenta, flat, beta1=g["betas"][0])
+        self._compressed_mean_in_place(g, flat)
+        step_size, bc2_sqrt = self._step_size_and_bias_correction2_sqrt(g, t, min(t, g["freeze_step"]))
+        _C.onebit_adam_apply(flat, params, momenta, variances, lr=g["lr"], eps=g["eps"], weight_decay=g["weight_decay"],
+                             step_size=step_size, bias_correction2_sqrt=bc2_sqrt,
+                             bias_correction=g["bias_correction"], mask_zero_variance=g["mask_zero_variance"])
+        return True

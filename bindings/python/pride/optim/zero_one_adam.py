@@ -108,10 +108,6 @@ class ZeroOneAdam(CompressedAdamBase):
                 acc.zero_()
                 anchor.copy_(p)
 
-    # CPU tensors take the fused kernels (collectives/bits/compressed_adam.h: one pass per step instead
-    # of about ten torch operations, the same bits); anything else, or False here, the torch operations.
-    _use_fused_kernels = True
-
     def _local_step(self, g):
         t = g["step"] + 1
         g["lrs"] += g["lr"]
@@ -129,27 +125,19 @@ class ZeroOneAdam(CompressedAdamBase):
     def _fused_local_step(self, g, t, sync):
         """The local step (and a synchronisation) by pride's fused CPU kernels; False, having done nothing,
         where they do not apply (CUDA tensors, mixed dtypes, non-contiguous tensors)."""
-        if not self._use_fused_kernels:
-            return False
-        from .. import _C
-
         params = g["params"]
-        if any(p.grad is not None and p.grad.is_sparse for p in params):
-            raise RuntimeError("pride's compressed Adam optimizers do not support sparse gradients")
         moments = [self._moments(p) for p in params]
         kept = [self._accumulator(p) for p in params]
         grads = [p.grad for p in params]
         momenta, variances = [m for m, _ in moments], [v for _, v in moments]
         accumulators, anchors = [a for a, _ in kept], [b for _, b in kept]
-        if not _C.zero_one_adam_fused_supported(params, grads, momenta, variances, accumulators, anchors):
+        if not self._fused_kernels_take(params, grads, [momenta, variances, accumulators, anchors]):
             return False
-        beta1, beta2 = g["betas"]
+        from .. import _C
+
+        beta1 = g["betas"][0]
         lr, eps = g["lr"], g["eps"]
-        v_step = max(g["var_steps"], 1)
-        if g["bias_correction"]:
-            step_size, bc2_sqrt = lr / (1 - beta1 ** t), (1 - beta2 ** v_step) ** 0.5
-        else:
-            step_size, bc2_sqrt = lr, 1.0
+        step_size, bc2_sqrt = self._step_size_and_bias_correction2_sqrt(g, t, max(g["var_steps"], 1))
         flat = self._group_flat_buffer(g) if sync else None
         _C.zero_one_adam_local_step(params, grads, momenta, variances, accumulators, flat, lr=lr, beta1=beta1,
                                     eps=eps, weight_decay=g["weight_decay"], step_size=step_size,
