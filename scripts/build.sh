@@ -2,6 +2,12 @@
 # Builds pride (C++ libraries, tests, perf tools, Python package) and installs the package into the venv.
 # One CMake build tree, build/py, driven by scikit-build-core; ctest runs in the same tree.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n 2,3p "$0"; echo "usage: bash scripts/build.sh   (no options; PRIDE_BUILD_JOBS sets the parallel jobs, default nproc)"
+             exit 0 ;;
+  "") ;;
+  *) echo "build.sh: takes no arguments (see --help)"; exit 2 ;;
+esac
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$PRIDE_ROOT"
 jobs="${PRIDE_BUILD_JOBS:-$(nproc)}"

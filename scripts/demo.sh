@@ -4,6 +4,15 @@
 # Arguments are passed to the demo, e.g.  bash scripts/demo.sh --seeds 3 --out results
 # (see  python examples/distributed_lion_demo.py --help). Results land in results/ by default.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help)
+    sed -n 2,5p "$0"
+    # The demo's own flags, without setting anything up when the venv is there already.
+    venv_py="$(dirname "${BASH_SOURCE[0]}")/../.venv/bin/python"
+    if [ -x "$venv_py" ]; then exec "$venv_py" "$(dirname "${BASH_SOURCE[0]}")/../examples/distributed_lion_demo.py" --help; fi
+    echo "(the demo's flags are listed here once bash scripts/setup.sh has made the venv)"
+    exit 0 ;;
+esac
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$PRIDE_ROOT"
 bash scripts/build.sh

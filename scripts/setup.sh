@@ -3,6 +3,11 @@
 # (.venv) with torch and the build/test tools. Idempotent and quiet when everything is present.
 # Source it (". scripts/setup.sh") to get PRIDE_PY / PRIDE_VENV set, or run it on its own.
 set -euo pipefail
+# Run on its own with --help: say what it does (sourced by the other scripts, it ignores their arguments).
+if [ "${BASH_SOURCE[0]}" = "$0" ] && { [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; }; then
+  sed -n 2,4p "$0"
+  exit 0
+fi
 PRIDE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PRIDE_VENV="${PRIDE_VENV:-$PRIDE_ROOT/.venv}"
 PRIDE_PY="$PRIDE_VENV/bin/python"

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): set up, build, then run every test suite.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n 2p "$0"; echo "usage: bash scripts/test.sh   (no options; set-up and build as scripts/setup.sh and"
+             echo "       scripts/build.sh, then ctest, pytest and the AddressSanitizer set; exit 0 when all pass)"; exit 0 ;;
+  "") ;;
+  *) echo "test.sh: takes no arguments (see --help)"; exit 2 ;;
+esac
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$PRIDE_ROOT"
 bash scripts/build.sh
