@@ -140,6 +140,8 @@ class PrideBackend : public c10d::Backend {
   struct InFlight;
   c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer, int tag);
   c10::intrusive_ptr<c10d::Work> sign_allreduce_cuda(at::Tensor& tensor, SignOptions options);
+  c10::intrusive_ptr<c10d::Work> compressed_allreduce_cuda(at::Tensor& tensor, at::Tensor& worker_error,
+                                                           at::Tensor& server_error);
 
   // The standard collectives over NCCL (nccl_collectives.cc): null for a call NCCL does not take as is
   // (CPU tensors, a group on UCX, a build without NCCL, non-contiguous tensors, a dtype or reduce op

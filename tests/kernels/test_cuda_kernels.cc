@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
+#include "collectives/bits/onebit.h"
 #include "collectives/bits/trits.h"
 #include "tests/kernels/oracle.h"
 
@@ -347,6 +349,62 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
 // The helpers that let an optimizer bucket switch to ternary votes on the device, element by element
 // against the definition: an abstention is an element of a slice with neither bit; binary as ternary
 // keeps pos and sets neg = not pos on the slices' elements, and leaves other words alone.
+// The 1-bit compression of the compressed allreduce: signs, errors, averages and expansions are the CPU
+// kernels' bits (NaN as NaN); sums of squares agree to double rounding (a different order).
+TEST(CudaOnebit, CompressionsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (size_t n : lengths()) {
+    auto bytes = random_values(DType::kFloat32, n);
+    std::vector<float> x(n), error(n);
+    std::memcpy(x.data(), bytes.data(), n * 4);
+    const auto err_bytes = random_values(DType::kFloat32, n);
+    std::memcpy(error.data(), err_bytes.data(), n * 4);
+    for (size_t i = 0; i < n; ++i) {  // finite values, so that the sums are numbers to compare
+      if (!std::isfinite(x[i])) x[i] = float(i % 5) - 2.0f;
+      if (!std::isfinite(error[i])) error[i] = 0.5f;
+    }
+    // add_error_and_square_sum
+    std::vector<float> cpu_x = x;
+    const double cpu_sum = add_error_and_square_sum(cpu_x.data(), error.data(), n);
+    DeviceBuffer dx(x), derr(error), sums(nullptr, (cuda::kSquareSumBlocks + 1) * sizeof(double));
+    auto* s = static_cast<double*>(sums.get());
+    finish(cuda::add_error_and_square_sum(static_cast<float*>(dx.get()), static_cast<const float*>(derr.get()), n, s,
+                                          s + cuda::kSquareSumBlocks, nullptr));
+    ASSERT_EQ(std::memcmp(dx.read<float>(n).data(), cpu_x.data(), n * 4), 0) << "x + error, n=" << n;
+    const double gpu_sum = sums.read<double>(cuda::kSquareSumBlocks + 1)[cuda::kSquareSumBlocks];
+    EXPECT_NEAR(gpu_sum, cpu_sum, 1e-12 * cpu_sum + 1e-300) << "n=" << n;
+    // compress_signs: signs and the new error, with ±0 and NaN among the inputs
+    std::memcpy(x.data(), bytes.data(), n * 4);
+    const float scale = 0.75f;
+    std::vector<uint64_t> cpu_signs(words_for(n));
+    std::vector<float> cpu_error(n);
+    compress_signs(x.data(), scale, n, cpu_signs.data(), cpu_error.data());
+    DeviceBuffer dy(x), dsigns(nullptr, words_for(n) * 8), derr2(nullptr, n * 4);
+    finish(cuda::compress_signs(static_cast<const float*>(dy.get()), scale, n, dsigns.words(),
+                                static_cast<float*>(derr2.get()), nullptr));
+    ASSERT_EQ(dsigns.read<uint64_t>(words_for(n)), cpu_signs) << "signs, n=" << n;
+    std::vector<uint8_t> want(n * 4), got(n * 4);
+    std::memcpy(want.data(), cpu_error.data(), n * 4);
+    const auto gpu_error = derr2.read<float>(n);
+    std::memcpy(got.data(), gpu_error.data(), n * 4);
+    expect_same_elements(DType::kFloat32, want, got, "compress error");
+    // average_signs over three sign vectors, then expand_signs
+    const auto a = random_plane(n), b = random_plane(n), c = random_plane(n);
+    const uint64_t* host_planes[3] = {a.data(), b.data(), c.data()};
+    const float scales[3] = {0.5f, 1.25f, 3.0f};
+    std::vector<float> cpu_average(n);
+    average_signs(host_planes, scales, 3, n, cpu_average.data());
+    DeviceBuffer da(a), db(b), dc(c), dout(nullptr, n * 4);
+    const uint64_t* device_planes[3] = {da.words(), db.words(), dc.words()};
+    finish(cuda::average_signs(device_planes, scales, 3, n, static_cast<float*>(dout.get()), nullptr));
+    ASSERT_EQ(std::memcmp(dout.read<float>(n).data(), cpu_average.data(), n * 4), 0) << "average, n=" << n;
+    std::vector<float> cpu_expanded(n);
+    expand_signs(a.data(), -2.5f, n, cpu_expanded.data());
+    finish(cuda::expand_signs(da.words(), -2.5f, n, static_cast<float*>(dout.get()), nullptr));
+    ASSERT_EQ(std::memcmp(dout.read<float>(n).data(), cpu_expanded.data(), n * 4), 0) << "expand, n=" << n;
+  }
+}
+
 TEST(CudaSlices, AbstentionsAndBinaryAsTernaryFollowTheirDefinition) {
   SKIP_WITHOUT_GPU();
   const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 131073};

@@ -39,6 +39,8 @@ def _reference_round(xs, worker_errors, server_errors, owned):
 def _compressed_allreduce_worker(rank, world_size, store_path, numel, rounds, device):
     import pride
 
+    if device == "mixed":  # CPU and CUDA ranks in one group: the same messages, the same result
+        device = "cuda" if rank % 2 else "cpu"
     harness.init_group(rank, world_size, store_path)
     sizes = [None] * world_size
     dist.all_gather_object(sizes, pride.compressed_allreduce_server_numel(numel))
@@ -83,9 +85,13 @@ def test_compressed_allreduce_matches_a_float64_reference(world_size, numel):
     harness.run(_compressed_allreduce_worker, world_size, numel, 3, "cpu")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_compressed_allreduce_cuda_tensors_match_the_reference():
-    harness.run(_compressed_allreduce_worker, 2, 5000, 3, "cuda")
+@pytest.mark.parametrize("world_size,numel,device", [(2, 5000, "cuda"), (4, (1 << 20) + 13, "cuda"),
+                                                     (3, 4099, "mixed")])
+def test_compressed_allreduce_cuda_tensors_match_the_reference(world_size, numel, device):
+    """CUDA tensors are compressed, averaged and expanded on the GPU (cuda_onebit_ops.h)."""
+    harness.run(_compressed_allreduce_worker, world_size, numel, 3, device)
 
 
 def _bad_arguments_worker(rank, world_size, store_path):

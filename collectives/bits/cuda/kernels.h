@@ -60,4 +60,24 @@ cudaError_t apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, in
 cudaError_t lion_vote(const void* g, void* m, DType dtype, size_t n, double beta1, double beta2, uint64_t* pos,
                       uint64_t* neg, cudaStream_t stream);
 
+// ---- The 1-bit compression of 1-bit Adam and 0/1 Adam, as bits/onebit.h ---------------------------
+// Signs (+1 for y ≥ 0, −0 and NaN), errors, averages and expansions are the CPU kernels' bits. Sums of
+// squares are double, in an order of their own: each thread's grid-stride elements in order, the
+// block's threads pairwise, the blocks in order. The same on every run on a given GPU, but not the
+// CPU's eight lanes, so a scale may differ from a CPU rank's in its last bit (which is harmless: each
+// chunk's result is still decided once, by its owner, for every rank).
+constexpr int kSquareSumBlocks = 1024;
+// x = x + error (error null: x as it is); then *sum = Σ x² (both device). partials: kSquareSumBlocks
+// doubles of device scratch.
+cudaError_t add_error_and_square_sum(float* x, const float* error, size_t n, double* partials, double* sum,
+                                     cudaStream_t stream);
+// signs[words_for(n)] of y and error = y − scale·sign(y).
+cudaError_t compress_signs(const float* y, float scale, size_t n, uint64_t* signs, float* error, cudaStream_t stream);
+// out = (Σ_i ±scales[i]) / count in double, rounded once. signs: a HOST array of `count` (at most
+// kMaxCountPlanes) device pointers; scales: a HOST array.
+cudaError_t average_signs(const uint64_t* const* signs, const float* scales, int count, size_t n, float* out,
+                          cudaStream_t stream);
+// out = ±scale from the sign bits.
+cudaError_t expand_signs(const uint64_t* signs, float scale, size_t n, float* out, cudaStream_t stream);
+
 }  // namespace pride::bits::cuda

@@ -13,7 +13,7 @@ namespace {
 using patterns::chunk;
 using patterns::Range;
 
-enum Scratch : uint32_t { kShards, kInbox, kOwnerValues, kResults };
+enum Scratch : uint32_t { kShards, kInbox, kResults };  // and 100: HostOnebitOps's z (onebit_ops.cc)
 
 uint64_t* scratch(Workspace& ws, Scratch what, size_t words) {
   return ws.get<uint64_t>({kOnebitAllreduceOp, uint32_t(what)}, words);
@@ -46,7 +46,7 @@ patterns::Range onebit_owned_elements(size_t numel, int size, int rank) {
   return elements_of(chunk(bits::words_for(numel), size, rank), numel);
 }
 
-void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* server_error, size_t numel) {
+void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel) {
   const int n = comm.size(), r = comm.rank();
   Collective c = comm.begin("compressed_allreduce", "onebit_direct",
                             Fingerprint{0, kOnebitAllreduceOp, uint32_t(bits::DType::kFloat32), numel, 0, &describe_call});
@@ -55,12 +55,12 @@ void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* 
   Workspace& ws = c.workspace();
 
   // 1. Feedback and compression of the whole tensor, one scale; chunk j's signs staged at its message.
-  const float worker_scale = bits::onebit_scale(bits::add_error_and_square_sum(x, worker_error, numel), numel);
+  const float worker_scale = bits::onebit_scale(ops.add_worker_error(), numel);
   uint64_t* shards = scratch(ws, kShards, W + size_t(n));
   for (int j = 0; j < n; ++j) {
-    const Range words = chunk(W, n, j), elements = elements_of(words, numel);
+    const Range words = chunk(W, n, j);
     uint64_t* message = shards + message_offset(words, j);
-    bits::compress_signs(x + elements.begin, worker_scale, elements.size, message, worker_error + elements.begin);
+    ops.compress_worker(worker_scale, elements_of(words, numel), message);
     put_scale(message + words.size, worker_scale);
   }
 
@@ -89,13 +89,11 @@ void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* 
     signs[size_t(i)] = inbox + size_t(i) * message_words;
     scales[size_t(i)] = get_scale(inbox + size_t(i) * message_words + mine.size);
   }
-  float* average = reinterpret_cast<float*>(scratch(ws, kOwnerValues, (my_elements.size + 1) / 2));
-  bits::average_signs(signs.data(), scales.data(), n, my_elements.size, average);
   const float server_scale =
-      bits::onebit_scale(bits::add_error_and_square_sum(average, server_error, my_elements.size), my_elements.size);
+      bits::onebit_scale(ops.average_owner(signs.data(), scales.data(), n, my_elements.size), my_elements.size);
   uint64_t* results = scratch(ws, kResults, W + size_t(n));
   uint64_t* my_result = results + message_offset(mine, r);
-  bits::compress_signs(average, server_scale, my_elements.size, my_result, server_error);
+  ops.compress_owner(server_scale, my_elements.size, my_result);
   put_scale(my_result + mine.size, server_scale);
 
   // 4. All-gather of the owners' signs and scales, then every chunk decompressed in place.
@@ -107,10 +105,16 @@ void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* 
   for (int d = 1; d < n; ++d) requests.push_back(c.send((r + d) % n, 1, my_result, message_words * 8));
   c.wait_all(requests);
   for (int j = 0; j < n; ++j) {
-    const Range words = chunk(W, n, j), elements = elements_of(words, numel);
+    const Range words = chunk(W, n, j);
     const uint64_t* message = results + message_offset(words, j);
-    bits::expand_signs(message, get_scale(message + words.size), elements.size, x + elements.begin);
+    ops.expand(message, get_scale(message + words.size), elements_of(words, numel));
   }
+  ops.settle();
+}
+
+void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* server_error, size_t numel) {
+  HostOnebitOps ops(comm.workspace(), x, worker_error, server_error, numel);
+  onebit_allreduce(comm, ops, numel);
 }
 
 }  // namespace pride

@@ -17,6 +17,7 @@
 #include <cstddef>
 
 #include "backend/communicator.h"
+#include "collectives/engine/compressed/onebit_ops.h"
 #include "collectives/engine/patterns/chunks.h"
 
 namespace pride {
@@ -29,5 +30,7 @@ patterns::Range onebit_owned_elements(size_t numel, int size, int rank);
 // both at zero. Errors name the rank and the collective; a size mismatch between ranks is a
 // MismatchError on every rank before anything moves.
 void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* server_error, size_t numel);
+// The same over a tensor and errors that `ops` holds (onebit_ops.h: host memory, or a GPU's).
+void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel);
 
 }  // namespace pride
