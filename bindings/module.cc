@@ -87,6 +87,20 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"), py::arg("tensor"), py::arg("worker_error"), py::arg("server_error"));
   m.def(
+      "compressed_allreduce_alone",
+      [](at::Tensor tensor, at::Tensor worker_error, at::Tensor server_error) {
+        for (const at::Tensor* t : {&tensor, &worker_error, &server_error}) {
+          TORCH_CHECK_VALUE(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous() &&
+                                t->numel() == tensor.numel(),
+                            "pride compressed_allreduce_alone: contiguous float32 CPU tensors of one size");
+        }
+        py::gil_scoped_release release;
+        pride::onebit_compress_alone(tensor.data_ptr<float>(), worker_error.data_ptr<float>(),
+                                     server_error.data_ptr<float>(), size_t(tensor.numel()));
+      },
+      py::arg("tensor"), py::arg("worker_error"), py::arg("server_error"),
+      "The compressed allreduce of a world of one (no process group): both compressions in place.");
+  m.def(
       "compressed_allreduce_server_numel",
       [](int64_t numel, int size, int rank) {
         TORCH_CHECK_VALUE(numel >= 0 && size > 0 && rank >= 0 && rank < size, "pride: invalid numel/size/rank");

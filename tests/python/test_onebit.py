@@ -94,6 +94,23 @@ def test_compressed_allreduce_cuda_tensors_match_the_reference(world_size, numel
     harness.run(_compressed_allreduce_worker, world_size, numel, 3, device)
 
 
+def test_compressed_allreduce_of_a_world_of_one_matches_the_reference():
+    """No process group: the optimizers compress alone (both compressions, nothing sent), in C++."""
+    from pride import _C
+
+    numel = 3000
+    worker, server = torch.zeros(numel), torch.zeros(numel)
+    for rnd in range(3):
+        x = torch.from_numpy(np.random.default_rng(rnd).standard_normal(numel).astype(np.float32))
+        want, want_worker, want_server = _reference_round([x.numpy()], [worker.numpy().copy()],
+                                                          [server.numpy().copy()], [(0, numel)])
+        _C.compressed_allreduce_alone(x, worker, server)
+        scale = np.abs(want).max() + 1
+        np.testing.assert_allclose(x.numpy(), want, rtol=1e-5, atol=1e-6 * scale, err_msg=f"round {rnd}")
+        np.testing.assert_allclose(worker.numpy(), want_worker[0], rtol=1e-5, atol=1e-5 * scale)
+        np.testing.assert_allclose(server.numpy(), want_server[0], rtol=1e-5, atol=1e-5 * scale)
+
+
 def _bad_arguments_worker(rank, world_size, store_path):
     import pride
 

@@ -112,6 +112,21 @@ void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel) {
   ops.settle();
 }
 
+void onebit_compress_alone(float* x, float* worker_error, float* server_error, size_t numel) {
+  Workspace ws;
+  HostOnebitOps ops(ws, x, worker_error, server_error, numel);
+  const size_t W = bits::words_for(numel);
+  uint64_t* signs = scratch(ws, kShards, W);
+  const Range all{0, numel};
+  const float worker_scale = bits::onebit_scale(ops.add_worker_error(), numel);
+  ops.compress_worker(worker_scale, all, signs);
+  const float* scales = &worker_scale;
+  const uint64_t* const mine[1] = {signs};
+  const float server_scale = bits::onebit_scale(ops.average_owner(mine, scales, 1, numel), numel);
+  ops.compress_owner(server_scale, numel, signs);
+  ops.expand(signs, server_scale, all);
+}
+
 void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* server_error, size_t numel) {
   HostOnebitOps ops(comm.workspace(), x, worker_error, server_error, numel);
   onebit_allreduce(comm, ops, numel);

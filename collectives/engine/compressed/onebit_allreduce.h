@@ -30,6 +30,8 @@ patterns::Range onebit_owned_elements(size_t numel, int size, int rank);
 // both at zero. Errors name the rank and the collective; a size mismatch between ranks is a
 // MismatchError on every rank before anything moves.
 void onebit_allreduce(Communicator& comm, float* x, float* worker_error, float* server_error, size_t numel);
+// The same with no group at all (a world of one): both compressions of x in place, nothing sent.
+void onebit_compress_alone(float* x, float* worker_error, float* server_error, size_t numel);
 // The same over a tensor and errors that `ops` holds (onebit_ops.h: host memory, or a GPU's).
 void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel);
 

@@ -274,7 +274,13 @@ class CompressedAdamBase(torch.optim.Optimizer):
 
 
 def _compress_alone(flat, worker, server):
-    """A world of one (no process group): the same two compressions with nobody to exchange with."""
+    """A world of one (no process group): the same two compressions with nobody to exchange with (pride's
+    CPU kernels, as the collective runs them; torch operations for other devices)."""
+    if flat.device.type == "cpu":
+        from .. import _C
+
+        _C.compressed_allreduce_alone(flat, worker, server)
+        return
     for error in (worker, server):
         flat.add_(error)
         scale = flat.double().square().sum().div(max(flat.numel(), 1)).sqrt().float()
