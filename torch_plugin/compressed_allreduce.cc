@@ -39,7 +39,11 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::compressed_allreduce(at::Tensor& te
   TORCH_CHECK_VALUE(size_t(server_error.numel()) == owned, "pride ", kName, " (rank ", rank, " of ", size,
                     "): server_error has ", server_error.numel(), " elements; this rank owns ", owned, " of the ",
                     numel, " (pride.compressed_allreduce_server_numel)");
-  if (tensor.is_cuda()) return compressed_allreduce_cuda(tensor, worker_error, server_error);
+  if (tensor.is_cuda()) {
+    TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "pride ", kName, " (rank ", rank,
+                      "): expected a dense tensor, got layout ", tensor.layout());
+    return compressed_allreduce_cuda(tensor, worker_error, server_error);
+  }
   check_cpu_tensor(tensor, kName);
   return enqueue(c10d::OpType::ALLREDUCE, "pride:compressed_allreduce", {tensor, worker_error, server_error},
                  [tensor, worker_error, server_error, numel](Communicator& comm, PrideWork&) {

@@ -3,10 +3,13 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/onebit.h"
 
 namespace pride::torch_plugin {
 namespace {
@@ -66,7 +69,7 @@ void CudaOnebitOps::compress_worker(float scale, patterns::Range elements, uint6
   // The whole tensor at the first chunk (one launch, one copy of its signs to the host); every chunk's
   // words are then copied out of the host copy.
   const size_t nwords = bits::words_for(numel_);
-  if (!worker_signs_fetched_ || scale != worker_scale_) {
+  if (!worker_signs_fetched_) {
     uint64_t* plane = device_words(plane_, nwords);
     check_launch(bits::cuda::compress_signs(x_, scale, numel_, plane, worker_error_, stream_), rank_,
                  "compress_signs");
@@ -82,10 +85,23 @@ void CudaOnebitOps::compress_worker(float scale, patterns::Range elements, uint6
 }
 
 double CudaOnebitOps::average_owner(const uint64_t* const* signs, const float* scales, int count, size_t n) {
-  TORCH_CHECK_VALUE(count <= bits::cuda::kMaxCountPlanes, "pride compressed_allreduce (rank ", rank_,
-                    "): CUDA tensors are averaged on the GPU for at most ", bits::cuda::kMaxCountPlanes,
-                    " ranks; this group has ", count);
   const size_t words = bits::words_for(n);
+  float* z = device_floats(average_, n);
+  if (count > bits::cuda::kMaxCountPlanes) {
+    // More sign vectors than a launch carries: the average on the CPU (its bits are the same), then z
+    // to the GPU for the server error.
+    at::Tensor host = at::empty({int64_t(std::max<size_t>(n, 1))},
+                                at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(true));
+    bits::average_signs(signs, scales, count, n, host.data_ptr<float>());
+    if (n > 0) {
+      C10_CUDA_CHECK(cudaMemcpyAsync(z, host.data_ptr<float>(), n * 4, cudaMemcpyHostToDevice, stream_));
+    }
+    double* sums = sums_.data_ptr<double>();
+    check_launch(bits::cuda::add_error_and_square_sum(z, server_error_, n, sums, sums + bits::cuda::kSquareSumBlocks,
+                                                      stream_),
+                 rank_, "add_error_and_square_sum");
+    return fetch_sum();  // also waits for the copy out of `host`
+  }
   uint64_t* inbox = device_words(inbox_, size_t(count) * std::max<size_t>(words, 1));
   std::vector<const uint64_t*> on_device(size_t(count), nullptr);
   for (int i = 0; i < count; ++i) {
@@ -94,7 +110,6 @@ double CudaOnebitOps::average_owner(const uint64_t* const* signs, const float* s
       C10_CUDA_CHECK(cudaMemcpyAsync(inbox + size_t(i) * words, signs[i], words * 8, cudaMemcpyHostToDevice, stream_));
     }
   }
-  float* z = device_floats(average_, n);
   check_launch(bits::cuda::average_signs(on_device.data(), scales, count, n, z, stream_), rank_, "average_signs");
   double* sums = sums_.data_ptr<double>();
   check_launch(bits::cuda::add_error_and_square_sum(z, server_error_, n, sums, sums + bits::cuda::kSquareSumBlocks,

@@ -359,9 +359,9 @@ TEST(CudaOnebit, CompressionsMatchTheCpu) {
     std::memcpy(x.data(), bytes.data(), n * 4);
     const auto err_bytes = random_values(DType::kFloat32, n);
     std::memcpy(error.data(), err_bytes.data(), n * 4);
-    for (size_t i = 0; i < n; ++i) {  // finite values, so that the sums are numbers to compare
-      if (!std::isfinite(x[i])) x[i] = float(i % 5) - 2.0f;
-      if (!std::isfinite(error[i])) error[i] = 0.5f;
+    for (size_t i = 0; i < n; ++i) {  // values whose sum and squares stay finite, so the sums compare
+      if (!std::isfinite(x[i]) || std::fabs(x[i]) > 1e30f) x[i] = float(i % 5) - 2.0f;
+      if (!std::isfinite(error[i]) || std::fabs(error[i]) > 1e30f) error[i] = 0.5f;
     }
     // add_error_and_square_sum
     std::vector<float> cpu_x = x;
@@ -372,7 +372,7 @@ TEST(CudaOnebit, CompressionsMatchTheCpu) {
                                           s + cuda::kSquareSumBlocks, nullptr));
     ASSERT_EQ(std::memcmp(dx.read<float>(n).data(), cpu_x.data(), n * 4), 0) << "x + error, n=" << n;
     const double gpu_sum = sums.read<double>(cuda::kSquareSumBlocks + 1)[cuda::kSquareSumBlocks];
-    EXPECT_NEAR(gpu_sum, cpu_sum, 1e-12 * cpu_sum + 1e-300) << "n=" << n;
+    EXPECT_NEAR(gpu_sum, cpu_sum, 1e-10 * cpu_sum + 1e-300) << "n=" << n;  // positive terms: (n − 1)·ε at worst
     // compress_signs: signs and the new error, with ±0 and NaN among the inputs
     std::memcpy(x.data(), bytes.data(), n * 4);
     const float scale = 0.75f;

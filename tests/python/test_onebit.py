@@ -147,7 +147,8 @@ def _batch(rank, step):
 
 def _loss(model, rank, step):
     x, y = _batch(rank, step)
-    return torch.nn.functional.mse_loss(model(x), y)
+    dtype = next(model.parameters()).dtype
+    return torch.nn.functional.mse_loss(model(x.to(dtype)), y.to(dtype))
 
 
 def _make(kind, params, **kw):
@@ -170,7 +171,8 @@ def _train(model, opt, rank, steps, first=0):
 
 
 def _params_bytes(model):
-    return b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    return b"".join((p.detach() if p.element_size() == 4 else p.detach().view(torch.int16)).numpy().tobytes()
+                    for p in model.parameters())
 
 
 def _warmup_is_adamw_worker(rank, world_size, store_path, kind):
@@ -256,15 +258,15 @@ def test_replicas_stay_identical_and_the_loss_falls(kind):
     harness.run(_replicas_worker, 3, kind)
 
 
-def _resume_worker(rank, world_size, store_path, kind):
+def _resume_worker(rank, world_size, store_path, kind, dtype):
     harness.init_group(rank, world_size, store_path)
     kw = dict(freeze_step=5) if kind == "onebit" else dict(var_freeze_step=12, var_update_scaler=2,
                                                            local_step_scaler=5, local_step_clipper=4)
-    straight = _model()
+    straight = _model().to(dtype)
     opt = _make(kind, straight.parameters(), **kw)
     _train(straight, opt, rank, 40)
 
-    first = _model()
+    first = _model().to(dtype)
     opt = _make(kind, first.parameters(), **kw)
     _train(first, opt, rank, 17)  # mid-way through an interval
     model_bytes, opt_bytes = io.BytesIO(), io.BytesIO()
@@ -273,18 +275,23 @@ def _resume_worker(rank, world_size, store_path, kind):
     del first, opt
     model_bytes.seek(0)
     opt_bytes.seek(0)
-    resumed = _model(seed=99)
+    resumed = _model(seed=99).to(dtype)
     resumed.load_state_dict(torch.load(model_bytes))
     opt = _make(kind, resumed.parameters(), **kw)
     opt.load_state_dict(torch.load(opt_bytes))
+    # The state is float32 whatever the parameters (torch's loading would cast it to theirs).
+    assert all(t.dtype == torch.float32 for st in opt.state.values() for t in st.values() if torch.is_tensor(t)
+               and t.is_floating_point()), {k: t.dtype for st in opt.state.values() for k, t in st.items()
+                                            if torch.is_tensor(t)}
     _train(resumed, opt, rank, 23, first=17)
     assert _params_bytes(resumed) == _params_bytes(straight), "resume differs from the uninterrupted run"
     dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["onebit", "zeroone"])
-def test_saving_and_loading_each_ranks_state_resumes_exactly(kind):
-    harness.run(_resume_worker, 2, kind)
+def test_saving_and_loading_each_ranks_state_resumes_exactly(kind, dtype):
+    harness.run(_resume_worker, 2, kind, dtype)
 
 
 def _fused_vs_torch_worker(rank, world_size, store_path, kind, dtype, bias_correction):

@@ -84,7 +84,8 @@ def compressed_allreduce(t, worker_error, server_error, group=None, async_op=Fal
     ``worker_error``: float32, ``t.numel()`` elements; ``server_error``: float32,
     ``compressed_allreduce_server_numel(t.numel(), group)`` elements (zeros to start; both contiguous,
     updated in place, and part of the caller's state: save them to resume exactly). CPU or CUDA
-    tensors (CUDA ones are staged through pinned host memory). Returns a Work when ``async_op``.
+    tensors (CUDA ones are compressed on their GPU; only the packed signs leave it). Returns a Work when
+    ``async_op``.
     """
     if _not_a_member(group):
         return None

@@ -16,7 +16,9 @@ __device__ inline float flip_sign_if(float scale, bool negative) {
   return __uint_as_float(__float_as_uint(scale) ^ (uint32_t(negative) << 31));
 }
 __device__ inline double flip_sign_if(double scale, bool negative) {
-  return __longlong_as_double(__double_as_longlong(scale) ^ (static_cast<long long>(negative) << 63));
+  const auto bits = static_cast<unsigned long long>(__double_as_longlong(scale)) ^
+                    (static_cast<unsigned long long>(negative) << 63);
+  return __longlong_as_double(static_cast<long long>(bits));
 }
 
 // x += error (when error is given), and this block's Σ x² in double: each thread sums its grid-stride

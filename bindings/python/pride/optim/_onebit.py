@@ -107,6 +107,7 @@ class CompressedAdamBase(torch.optim.Optimizer):
         state_dict = dict(state_dict)
         saved = state_dict.pop("pride", None)
         super().load_state_dict(state_dict)
+        self._restore_float32_state(state_dict)
         rank, world = self._world()
         if saved is None or (saved.get("rank"), saved.get("world_size")) == (rank, world):
             return
@@ -121,6 +122,17 @@ class CompressedAdamBase(torch.optim.Optimizer):
                      "is not this rank's and was reset (%d buffers). Save and load each rank's own state_dict() "
                      "to resume exactly.", self._name, rank, world, saved.get("rank"), saved.get("world_size"),
                      dropped)
+
+    def _restore_float32_state(self, state_dict):
+        """torch's load_state_dict casts floating state to its parameter's dtype; every state tensor here
+        is float32 whatever the parameters (the moments, errors, accumulator and anchor of a bfloat16
+        model too), so the saved values are put back as they were saved."""
+        saved_state = state_dict.get("state", {})
+        for saved_group, group in zip(state_dict.get("param_groups", []), self.param_groups):
+            for saved_id, p in zip(saved_group["params"], group["params"]):
+                for key, value in saved_state.get(saved_id, {}).items():
+                    if torch.is_tensor(value) and value.is_floating_point() and value.dtype == torch.float32:
+                        self.state[p][key] = value.detach().to(device=p.device, copy=True)
 
     # ---- Per-parameter and per-group state ----
     def _moments(self, p):
