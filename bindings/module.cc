@@ -163,8 +163,9 @@ PYBIND11_MODULE(_C, m) {
   // 1-bit Adam's and 0/1 Adam's fused CPU steps (collectives/bits/compressed_adam.h).
   m.def("compressed_adam_fused_supported", &pride::torch_plugin::compressed_adam_fused_supported, py::arg("params"),
         py::arg("grads"), py::arg("states"),
-        "Whether the compressed Adam optimizers' fused steps take these tensors: CPU, contiguous, one float dtype "
-        "for parameters and gradients (or None), and each list of `states` float32 of the parameters' sizes.");
+        "Whether the compressed Adam optimizers' fused steps take these tensors: one device (CPU, or CUDA in a "
+        "CUDA build), contiguous, one float dtype for parameters and gradients (or None), and each list of "
+        "`states` float32 of the parameters' sizes.");
   m.def(
       "zero_one_adam_local_step",
       [](const Tensors& params, const MaybeTensors& grads, const Tensors& momenta, const Tensors& variances,

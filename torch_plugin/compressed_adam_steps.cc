@@ -3,14 +3,43 @@
 #include <c10/util/Exception.h>
 
 #include "torch_plugin/tensor_types.h"
+#ifdef PRIDE_WITH_CUDA_TENSORS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "collectives/bits/cuda/kernels.h"
+#endif
 
 namespace pride::torch_plugin {
 namespace {
 
-bool usable(const at::Tensor& t, at::ScalarType dtype, int64_t numel) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous() &&
+bool usable(const at::Tensor& t, at::ScalarType dtype, int64_t numel, c10::Device device) {
+  return t.defined() && t.device() == device && t.layout() == at::kStrided && t.is_contiguous() &&
          t.scalar_type() == dtype && t.numel() == numel;
 }
+
+// CPU tensors run the CPU kernels; CUDA tensors (in a build with CUDA) the same arithmetic's CUDA
+// kernels, queued on the caller's current stream as torch's own operations would be.
+bool device_supported(c10::Device device) {
+#ifdef PRIDE_WITH_CUDA_TENSORS
+  return device.is_cpu() || device.is_cuda();
+#else
+  return device.is_cpu();
+#endif
+}
+
+#ifdef PRIDE_WITH_CUDA_TENSORS
+struct OnDevice {
+  explicit OnDevice(c10::Device device) : guard(device), stream(c10::cuda::getCurrentCUDAStream(device.index())) {}
+  c10::cuda::CUDAGuard guard;
+  cudaStream_t stream;
+};
+
+void check_launch(cudaError_t status, const char* what) {
+  TORCH_CHECK(status == cudaSuccess, "pride compressed Adam fused step: ", what, " failed: ",
+              cudaGetErrorString(status));
+}
+#endif
 
 bool float_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
 
@@ -33,9 +62,9 @@ void check(const Tensors& params, const MaybeTensors& grads, const std::vector<T
 float* flat(const at::Tensor& t, const Tensors& params, const char* what) {
   int64_t total = 0;
   for (const auto& p : params) total += p.numel();
-  TORCH_CHECK_VALUE(usable(t, at::kFloat, total), "pride compressed Adam fused step: ", what,
-                    " must be a contiguous float32 CPU tensor of ", total, " elements, got ", t.sizes(), " ",
-                    t.scalar_type());
+  TORCH_CHECK_VALUE(usable(t, at::kFloat, total, params[0].device()), "pride compressed Adam fused step: ", what,
+                    " must be a contiguous float32 tensor of ", total, " elements on ", params[0].device(), ", got ",
+                    t.sizes(), " ", t.scalar_type(), " on ", t.device());
   bump_versions({t});
   return t.data_ptr<float>();
 }
@@ -52,12 +81,14 @@ bool compressed_adam_fused_supported(const Tensors& params, const MaybeTensors& 
     if (state.size() != n) return false;
   }
   const at::ScalarType dtype = params[0].scalar_type();
+  const c10::Device device = params[0].device();
+  if (!device_supported(device)) return false;
   for (size_t i = 0; i < n; ++i) {
     const int64_t numel = params[i].numel();
-    if (!usable(params[i], dtype, numel)) return false;
-    if (grads[i].has_value() && !usable(*grads[i], dtype, numel)) return false;
+    if (!usable(params[i], dtype, numel, device)) return false;
+    if (grads[i].has_value() && !usable(*grads[i], dtype, numel, device)) return false;
     for (const auto& state : states) {
-      if (!usable(state[i], at::kFloat, numel)) return false;
+      if (!usable(state[i], at::kFloat, numel, device)) return false;
     }
   }
   return true;
@@ -70,9 +101,21 @@ void zero_one_adam_local_step(const Tensors& params, const MaybeTensors& grads, 
   float* out = scaled.has_value() ? flat(*scaled, params, "the flat buffer") : nullptr;
   const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "ZeroOneAdam");
   for (size_t i = 0, offset = 0; i < params.size(); offset += size_t(params[i].numel()), ++i) {
-    bits::zero_one_adam_local_step(params[i].data_ptr(), grad_or_null(grads[i]), dtype, momenta[i].data_ptr<float>(),
-                                   variances[i].data_ptr<float>(), accumulators[i].data_ptr<float>(),
-                                   size_t(params[i].numel()), step, out != nullptr ? out + offset : nullptr);
+    void* p = params[i].data_ptr();
+    const void* g = grad_or_null(grads[i]);
+    float *m = momenta[i].data_ptr<float>(), *acc = accumulators[i].data_ptr<float>();
+    const float* v = variances[i].data_ptr<float>();
+    const size_t n = size_t(params[i].numel());
+    float* scaled_i = out != nullptr ? out + offset : nullptr;
+#ifdef PRIDE_WITH_CUDA_TENSORS
+    if (params[i].is_cuda()) {
+      const OnDevice on(params[i].device());
+      check_launch(bits::cuda::zero_one_adam_local_step(p, g, dtype, m, v, acc, n, step, scaled_i, on.stream),
+                   "zero_one_adam_local_step");
+      continue;
+    }
+#endif
+    bits::zero_one_adam_local_step(p, g, dtype, m, v, acc, n, step, scaled_i);
   }
   bump_versions(params);
   bump_versions(momenta);
@@ -85,9 +128,20 @@ void zero_one_adam_sync(const at::Tensor& mean, const Tensors& params, const Ten
   const float* u = flat(mean, params, "the allreduce result");
   const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "ZeroOneAdam");
   for (size_t i = 0, offset = 0; i < params.size(); offset += size_t(params[i].numel()), ++i) {
-    bits::zero_one_adam_sync(u + offset, variances[i].data_ptr<float>(), momenta[i].data_ptr<float>(),
-                             anchors[i].data_ptr<float>(), accumulators[i].data_ptr<float>(), params[i].data_ptr(),
-                             dtype, size_t(params[i].numel()), sync);
+    const float* v = variances[i].data_ptr<float>();
+    float *m = momenta[i].data_ptr<float>(), *anchor = anchors[i].data_ptr<float>();
+    float* acc = accumulators[i].data_ptr<float>();
+    const size_t n = size_t(params[i].numel());
+#ifdef PRIDE_WITH_CUDA_TENSORS
+    if (params[i].is_cuda()) {
+      const OnDevice on(params[i].device());
+      check_launch(bits::cuda::zero_one_adam_sync(u + offset, v, m, anchor, acc, params[i].data_ptr(), dtype, n, sync,
+                                                  on.stream),
+                   "zero_one_adam_sync");
+      continue;
+    }
+#endif
+    bits::zero_one_adam_sync(u + offset, v, m, anchor, acc, params[i].data_ptr(), dtype, n, sync);
   }
   for (const Tensors* written : {&params, &momenta, &anchors, &accumulators}) bump_versions(*written);
 }
@@ -98,8 +152,18 @@ void onebit_adam_momentum(const Tensors& params, const MaybeTensors& grads, cons
   float* o = flat(out, params, "the flat buffer");
   const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "OneBitAdam");
   for (size_t i = 0, offset = 0; i < params.size(); offset += size_t(params[i].numel()), ++i) {
-    bits::onebit_adam_momentum(grad_or_null(grads[i]), dtype, momenta[i].data_ptr<float>(), size_t(params[i].numel()),
-                               beta1, o + offset);
+    const void* g = grad_or_null(grads[i]);
+    float* m = momenta[i].data_ptr<float>();
+    const size_t n = size_t(params[i].numel());
+#ifdef PRIDE_WITH_CUDA_TENSORS
+    if (params[i].is_cuda()) {
+      const OnDevice on(params[i].device());
+      check_launch(bits::cuda::onebit_adam_momentum(g, dtype, m, n, beta1, o + offset, on.stream),
+                   "onebit_adam_momentum");
+      continue;
+    }
+#endif
+    bits::onebit_adam_momentum(g, dtype, m, n, beta1, o + offset);
   }
   bump_versions(momenta);
 }
@@ -110,8 +174,18 @@ void onebit_adam_apply(const at::Tensor& mean, const Tensors& params, const Tens
   const float* u = flat(mean, params, "the allreduce result");
   const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "OneBitAdam");
   for (size_t i = 0, offset = 0; i < params.size(); offset += size_t(params[i].numel()), ++i) {
-    bits::onebit_adam_apply(u + offset, variances[i].data_ptr<float>(), momenta[i].data_ptr<float>(),
-                            params[i].data_ptr(), dtype, size_t(params[i].numel()), apply);
+    const float* v = variances[i].data_ptr<float>();
+    float* m = momenta[i].data_ptr<float>();
+    const size_t n = size_t(params[i].numel());
+#ifdef PRIDE_WITH_CUDA_TENSORS
+    if (params[i].is_cuda()) {
+      const OnDevice on(params[i].device());
+      check_launch(bits::cuda::onebit_adam_apply(u + offset, v, m, params[i].data_ptr(), dtype, n, apply, on.stream),
+                   "onebit_adam_apply");
+      continue;
+    }
+#endif
+    bits::onebit_adam_apply(u + offset, v, m, params[i].data_ptr(), dtype, n, apply);
   }
   bump_versions(params);
   bump_versions(momenta);

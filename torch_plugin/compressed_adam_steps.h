@@ -1,7 +1,7 @@
 // 1-bit Adam's and 0/1 Adam's fused frozen-variance steps (collectives/bits/compressed_adam.h) over a
-// parameter group's CPU tensors: what pride.optim.OneBitAdam and ZeroOneAdam call instead of their torch
-// operations when every tensor qualifies (compressed_adam_fused_supported). A group's tensors are
-// processed in order, tensor i at its offset in the group's flat float32 buffer (the compressed
+// parameter group's tensors: what pride.optim.OneBitAdam and ZeroOneAdam call instead of their torch
+// operations when every tensor qualifies (compressed_adam_fused_supported), on the CPU or a GPU. A
+// group's tensors are processed in order, tensor i at its offset in the group's flat float32 buffer (the compressed
 // allreduce's input and result).
 #pragma once
 
@@ -17,8 +17,10 @@ namespace pride::torch_plugin {
 using Tensors = std::vector<at::Tensor>;
 using MaybeTensors = std::vector<std::optional<at::Tensor>>;
 
-// Whether the fused steps take these tensors: CPU, contiguous, parameters of one float dtype with
-// gradients of the same dtype (or none), every list in `states` float32 tensors of the parameters' sizes.
+// Whether the fused steps take these tensors: all on one device (CPU, or a GPU where pride is built with
+// CUDA: the same arithmetic's CUDA kernels on the current stream), contiguous, parameters of one float
+// dtype with gradients of the same dtype (or none), every list in `states` float32 tensors of the
+// parameters' sizes.
 bool compressed_adam_fused_supported(const Tensors& params, const MaybeTensors& grads,
                                      const std::vector<Tensors>& states);
 

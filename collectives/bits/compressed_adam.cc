@@ -1,10 +1,12 @@
-// The public fused 1-bit Adam and 0/1 Adam steps: the python floats become float32 as torch casts them, then a call
-// through the active ISA's table (compressed_adam_impl.h), whose variants give identical bits.
+// The public fused 1-bit Adam and 0/1 Adam steps: the python floats become float32 as torch casts them
+// (compressed_adam_params.h), then a call through the active ISA's table (compressed_adam_impl.h),
+// whose variants give identical bits.
 #include "collectives/bits/compressed_adam.h"
 
 #include <stdexcept>
 #include <string>
 
+#include "collectives/bits/compressed_adam_params.h"
 #include "collectives/bits/kernel_table.h"
 
 namespace pride::bits {
@@ -22,24 +24,14 @@ Fn adam_kernel(Fn const (&entries)[detail::kNumDTypes], DType dtype, const char*
 
 void zero_one_adam_local_step(void* p, const void* g, DType dtype, float* m, const float* v, float* acc, size_t n,
                               const AdamLocalStep& step, float* scaled) {
-  const detail::AdamLocalParams params{
-      static_cast<float>(1.0 - step.beta1),
-      static_cast<float>(1.0 - step.lr * step.weight_decay),
-      static_cast<float>(step.eps),
-      static_cast<float>(-step.step_size),
-      static_cast<float>(step.bias_correction2_sqrt),
-      step.weight_decay != 0.0,
-      step.bias_correction,
-  };
-  adam_kernel(detail::active_table().adam_local_step, dtype, "zero_one_adam_local_step")(p, g, m, v, acc, n, params,
-                                                                                          scaled);
+  adam_kernel(detail::active_table().adam_local_step, dtype, "zero_one_adam_local_step")(
+      p, g, m, v, acc, n, detail::adam_local_params(step), scaled);
 }
 
 void zero_one_adam_sync(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p, DType dtype,
                         size_t n, const AdamSync& sync) {
-  const detail::AdamSyncParams params{static_cast<float>(sync.eps), static_cast<float>(-sync.lr_sum),
-                                      sync.mask_zero_variance, sync.lr_sum > 0.0};
-  adam_kernel(detail::active_table().adam_sync, dtype, "zero_one_adam_sync")(mean, v, m, anchor, acc, p, n, params);
+  adam_kernel(detail::active_table().adam_sync, dtype, "zero_one_adam_sync")(mean, v, m, anchor, acc, p, n,
+                                                                             detail::adam_sync_params(sync));
 }
 
 void onebit_adam_momentum(const void* g, DType dtype, float* m, size_t n, double beta1, float* out) {
@@ -49,16 +41,8 @@ void onebit_adam_momentum(const void* g, DType dtype, float* m, size_t n, double
 
 void onebit_adam_apply(const float* mean, const float* v, float* m, void* p, DType dtype, size_t n,
                        const AdamApply& apply) {
-  const detail::AdamApplyParams params{
-      static_cast<float>(1.0 - apply.lr * apply.weight_decay),
-      static_cast<float>(apply.eps),
-      static_cast<float>(-apply.step_size),
-      static_cast<float>(apply.bias_correction2_sqrt),
-      apply.weight_decay != 0.0,
-      apply.bias_correction,
-      apply.mask_zero_variance,
-  };
-  adam_kernel(detail::active_table().adam_apply, dtype, "onebit_adam_apply")(mean, v, m, p, n, params);
+  adam_kernel(detail::active_table().adam_apply, dtype, "onebit_adam_apply")(mean, v, m, p, n,
+                                                                             detail::adam_apply_params(apply));
 }
 
 }  // namespace pride::bits

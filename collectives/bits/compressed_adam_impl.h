@@ -1,7 +1,7 @@
 // 1-bit Adam's and 0/1 Adam's steps after the variance froze, fused into one pass each
-// (compressed_adam.h has the contract). The loops are plain C++ compiled by each ISA translation unit.
-// Every operation is the float32 operation torch's CPU kernels perform for the optimizers' torch code,
-// in the same order:
+// (compressed_adam.h has the contract): the CPU loops around compressed_adam_elements.h, compiled by
+// each ISA translation unit. Every operation is the float32 operation torch's CPU kernels perform for
+// the optimizers' torch code, in the same order:
 //
 //   m.lerp_(g, w)              torch: fma(w, g − m, m) for w < 0.5, else fma(w − 1, g − m, g)
 //   p.mul_(factor)             p·factor, skipped when the weight decay is 0
@@ -17,46 +17,18 @@
 // is the only fused multiply-add, and it rounds once on every ISA (the portable unit calls fmaf).
 //
 // Each loop has one variant per combination of the per-call switches, takes its tensors as restrict
-// parameters (they never overlap) and copies its scalars out of the parameter struct first: a branch,
-// a possible alias or a scalar that every store could change would each keep it from vectorizing.
+// parameters and tells GCC they never overlap (ivdep: restrict alone, once the element functions are
+// inlined, still left runtime overlap checks that sent the loops down their scalar path), and copies
+// its scalars out of the parameter struct first: a branch, a possible alias or a scalar that every
+// store could change would each keep it from vectorizing.
 #pragma once
 
-#include <cmath>
 #include <cstddef>
-#include <cstdint>
 
-#include "collectives/bits/element_traits.h"
+#include "collectives/bits/compressed_adam_elements.h"
 #include "collectives/bits/kernel_table.h"
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
-
-// torch's lerp for a weight shared by every element (ATen's lerp_vec / lerp): with |w| < 0.5,
-// fma(w, to − from, from); otherwise fma(w − 1, to − from, to). The choice and the coefficient are the
-// loop's constants.
-struct Lerp {
-  float coefficient;
-  bool from_start;
-  explicit Lerp(float weight)
-      : coefficient(std::fabs(weight) < 0.5f ? weight : weight - 1.0f), from_start(std::fabs(weight) < 0.5f) {}
-  float operator()(float from, float to) const { return std::fma(coefficient, to - from, from_start ? from : to); }
-};
-
-// The Adam update of one parameter element from its momentum m: decay, then p + (−s·m) / denom.
-template <bool kDecay, bool kBiasCorrected>
-struct AdamMove {
-  float decay_factor, eps, neg_step_size, bias_correction2_sqrt;
-  float operator()(float p, float m, float root) const {
-    const float decayed = kDecay ? p * decay_factor : p;
-    const float denom = (kBiasCorrected ? root / bias_correction2_sqrt : root) + eps;
-    return decayed + (neg_step_size * m) / denom;
-  }
-};
-
-// torch's t.mul_(v > 0): × 1.0 or × 0.0 (a negative value becomes −0). The factor is built from bits
-// so that the compiler multiplies in every lane rather than branching.
-inline float keep_where_variance(float x, float v) {
-  return x * f32_from_bits((0u - static_cast<uint32_t>(v > 0.0f)) & 0x3F800000u);
-}
 
 // ---- 0/1 Adam -----------------------------------------------------------------------------------
 
@@ -67,19 +39,9 @@ void zero_one_local_elements(typename Tr::T* __restrict__ p, const typename Tr::
   const Lerp lerp(a.weight);
   const AdamMove<kDecay, kBiasCorrected> move{a.decay_factor, a.eps, a.neg_step_size, a.bias_correction2_sqrt};
   const float eps = a.eps;
+#pragma GCC ivdep
   for (size_t i = 0; i < n; ++i) {
-    const float mi = lerp(m[i], kHasGrad ? Tr::to_f32(g[i]) : 0.0f);
-    m[i] = mi;
-    const float before = Tr::to_f32(p[i]);
-    const float root = std::sqrt(v[i]);
-    const typename Tr::T stored = Tr::from_f32(move(before, mi, root));
-    p[i] = stored;
-    const float total = acc[i] + (Tr::to_f32(stored) - before);
-    if (kSync) {
-      scaled[i] = total * (root + eps);  // momentum units: × (sqrt(v) + eps), no bias correction
-    } else {
-      acc[i] = total;
-    }
+    zero_one_local_element<Tr, kHasGrad, kDecay, kBiasCorrected, kSync>(p, g, m, v, acc, scaled, i, lerp, move, eps);
   }
 }
 
@@ -130,13 +92,9 @@ void zero_one_sync_elements(const float* __restrict__ mean, const float* __restr
                             float* __restrict__ anchor, float* __restrict__ acc, typename Tr::T* __restrict__ p,
                             size_t n, const AdamSyncParams& s) {
   const float eps = s.eps, neg_lr_sum = s.neg_lr_sum;
+#pragma GCC ivdep
   for (size_t i = 0; i < n; ++i) {
-    const float x = kMask ? keep_where_variance(mean[i], v[i]) : mean[i];
-    if (kSetMomentum) m[i] = x / neg_lr_sum;
-    const float a = anchor[i] + x / (std::sqrt(v[i]) + eps);
-    anchor[i] = a;
-    p[i] = Tr::from_f32(a);
-    acc[i] = 0.0f;
+    zero_one_sync_element<Tr, kMask, kSetMomentum>(mean, v, m, anchor, acc, p, i, eps, neg_lr_sum);
   }
 }
 
@@ -159,11 +117,8 @@ template <class Tr, bool kHasGrad>
 void onebit_momentum_elements(const typename Tr::T* __restrict__ g, float* __restrict__ m, float* __restrict__ out,
                               size_t n, float weight) {
   const Lerp lerp(weight);
-  for (size_t i = 0; i < n; ++i) {
-    const float mi = lerp(m[i], kHasGrad ? Tr::to_f32(g[i]) : 0.0f);
-    m[i] = mi;
-    out[i] = mi;
-  }
+#pragma GCC ivdep
+  for (size_t i = 0; i < n; ++i) onebit_momentum_element<Tr, kHasGrad>(g, m, out, i, lerp);
 }
 
 template <class Tr>
@@ -177,11 +132,8 @@ template <class Tr, bool kMask, bool kDecay, bool kBiasCorrected>
 void onebit_apply_elements(const float* __restrict__ mean, const float* __restrict__ v, float* __restrict__ m,
                            typename Tr::T* __restrict__ p, size_t n, const AdamApplyParams& a) {
   const AdamMove<kDecay, kBiasCorrected> move{a.decay_factor, a.eps, a.neg_step_size, a.bias_correction2_sqrt};
-  for (size_t i = 0; i < n; ++i) {
-    const float x = kMask ? keep_where_variance(mean[i], v[i]) : mean[i];
-    m[i] = x;
-    p[i] = Tr::from_f32(move(Tr::to_f32(p[i]), x, std::sqrt(v[i])));
-  }
+#pragma GCC ivdep
+  for (size_t i = 0; i < n; ++i) onebit_apply_element<Tr, kMask, kDecay, kBiasCorrected>(mean, v, m, p, i, move);
 }
 
 template <class Tr, bool kMask, bool kDecay>

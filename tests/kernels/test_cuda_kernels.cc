@@ -15,6 +15,7 @@
 
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
+#include "collectives/bits/compressed_adam.h"
 #include "collectives/bits/onebit.h"
 #include "collectives/bits/trits.h"
 #include "tests/kernels/oracle.h"
@@ -402,6 +403,113 @@ TEST(CudaOnebit, CompressionsMatchTheCpu) {
     expand_signs(a.data(), -2.5f, n, cpu_expanded.data());
     finish(cuda::expand_signs(da.words(), -2.5f, n, static_cast<float*>(dout.get()), nullptr));
     ASSERT_EQ(std::memcmp(dout.read<float>(n).data(), cpu_expanded.data(), n * 4), 0) << "expand, n=" << n;
+  }
+}
+
+std::vector<float> random_floats(size_t n) {
+  const auto bytes = random_values(DType::kFloat32, n);
+  std::vector<float> out(n);
+  std::memcpy(out.data(), bytes.data(), n * 4);
+  return out;
+}
+
+// A variance: non-negative, some exact zeros.
+std::vector<float> random_variance(size_t n) {
+  auto v = random_floats(n);
+  for (size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? 0.0f : std::fabs(v[i]);
+  return v;
+}
+
+void expect_same_floats(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
+  std::vector<uint8_t> a(want.size() * 4), b(got.size() * 4);
+  std::memcpy(a.data(), want.data(), a.size());
+  std::memcpy(b.data(), got.data(), b.size());
+  expect_same_elements(DType::kFloat32, a, b, what);
+}
+
+// 1-bit Adam's and 0/1 Adam's fused steps: the CUDA kernels give the CPU kernels' bits (NaN as NaN) for
+// every dtype and every combination of switches.
+TEST(CudaCompressedAdam, FusedStepsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const size_t w = dtype_size(dtype);
+    for (size_t n : short_lengths()) {
+      for (int variant = 0; variant < 16; ++variant) {
+        const bool has_grad = variant & 1, decay = variant & 2, bias = variant & 4, flag = variant & 8;
+        const std::string where = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " variant=" +
+                                  std::to_string(variant);
+        const auto p0 = random_values(dtype, n), g = random_values(dtype, n);
+        const auto m0 = random_floats(n), acc0 = random_floats(n), v = random_variance(n), mean = random_floats(n);
+        const auto anchor0 = random_floats(n);
+        AdamLocalStep step;
+        step.lr = 3e-3;
+        step.beta1 = variant % 3 == 0 ? 0.3 : 0.9;
+        step.eps = 1e-6;
+        step.weight_decay = decay ? 0.1 : 0.0;
+        step.bias_correction = bias;
+        step.step_size = bias ? 0.0061 : step.lr;
+        step.bias_correction2_sqrt = bias ? 0.0707 : 1.0;
+        // 0/1 Adam's local step (with and without the synchronisation's output)
+        auto p = p0;
+        auto m = m0, acc = acc0;
+        std::vector<float> scaled(n, -7.0f);
+        zero_one_adam_local_step(p.data(), has_grad ? g.data() : nullptr, dtype, m.data(), v.data(), acc.data(), n,
+                                 step, flag ? scaled.data() : nullptr);
+        DeviceBuffer dp(p0), dg(g), dm(m0), dv(v), dacc(acc0), dscaled(std::vector<float>(n, -7.0f));
+        finish(cuda::zero_one_adam_local_step(dp.get(), has_grad ? dg.get() : nullptr, dtype,
+                                              static_cast<float*>(dm.get()), static_cast<const float*>(dv.get()),
+                                              static_cast<float*>(dacc.get()), n, step,
+                                              flag ? static_cast<float*>(dscaled.get()) : nullptr, nullptr));
+        expect_same_elements(dtype, p, dp.read<uint8_t>(n * w), "local p " + where);
+        expect_same_floats(m, dm.read<float>(n), "local m " + where);
+        expect_same_floats(acc, dacc.read<float>(n), "local acc " + where);
+        expect_same_floats(scaled, dscaled.read<float>(n), "local scaled " + where);
+        // 0/1 Adam's synchronisation
+        AdamSync sync;
+        sync.eps = 1e-6;
+        sync.lr_sum = decay ? 0.0 : 0.0123;
+        sync.mask_zero_variance = flag;
+        p = p0;
+        m = m0;
+        acc = acc0;
+        auto anchor = anchor0;
+        zero_one_adam_sync(mean.data(), v.data(), m.data(), anchor.data(), acc.data(), p.data(), dtype, n, sync);
+        DeviceBuffer dmean(mean), dp2(p0), dm2(m0), danchor(anchor0), dacc2(acc0);
+        finish(cuda::zero_one_adam_sync(static_cast<const float*>(dmean.get()), static_cast<const float*>(dv.get()),
+                                        static_cast<float*>(dm2.get()), static_cast<float*>(danchor.get()),
+                                        static_cast<float*>(dacc2.get()), dp2.get(), dtype, n, sync, nullptr));
+        expect_same_elements(dtype, p, dp2.read<uint8_t>(n * w), "sync p " + where);
+        expect_same_floats(m, dm2.read<float>(n), "sync m " + where);
+        expect_same_floats(anchor, danchor.read<float>(n), "sync anchor " + where);
+        expect_same_floats(acc, dacc2.read<float>(n), "sync acc " + where);
+        // 1-bit Adam's momentum and apply
+        m = m0;
+        std::vector<float> out(n, -7.0f);
+        onebit_adam_momentum(has_grad ? g.data() : nullptr, dtype, m.data(), n, step.beta1, out.data());
+        DeviceBuffer dm3(m0), dout(std::vector<float>(n, -7.0f));
+        finish(cuda::onebit_adam_momentum(has_grad ? dg.get() : nullptr, dtype, static_cast<float*>(dm3.get()), n,
+                                          step.beta1, static_cast<float*>(dout.get()), nullptr));
+        expect_same_floats(m, dm3.read<float>(n), "momentum m " + where);
+        expect_same_floats(out, dout.read<float>(n), "momentum out " + where);
+        AdamApply apply;
+        apply.lr = step.lr;
+        apply.eps = step.eps;
+        apply.weight_decay = step.weight_decay;
+        apply.step_size = step.step_size;
+        apply.bias_correction2_sqrt = step.bias_correction2_sqrt;
+        apply.bias_correction = bias;
+        apply.mask_zero_variance = flag;
+        p = p0;
+        m = m0;
+        onebit_adam_apply(mean.data(), v.data(), m.data(), p.data(), dtype, n, apply);
+        DeviceBuffer dp4(p0), dm4(m0);
+        finish(cuda::onebit_adam_apply(static_cast<const float*>(dmean.get()), static_cast<const float*>(dv.get()),
+                                       static_cast<float*>(dm4.get()), dp4.get(), dtype, n, apply, nullptr));
+        expect_same_elements(dtype, p, dp4.read<uint8_t>(n * w), "apply p " + where);
+        expect_same_floats(m, dm4.read<float>(n), "apply m " + where);
+        if (HasFatalFailure()) return;
+      }
+    }
   }
 }
 

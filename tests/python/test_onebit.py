@@ -365,6 +365,52 @@ def test_fused_steps_are_the_optimizers_torch_operations_bit_for_bit(kind, dtype
     harness.run(_fused_vs_torch_worker, 2, kind, dtype, bias_correction)
 
 
+def _fused_on_cuda_worker(rank, world_size, store_path, kind):
+    """The fused steps of CUDA parameters run the CPU kernels' arithmetic on the GPU: the run on the GPU
+    follows the run on the CPU (the compressed allreduce's scales may differ in their last bit: sums of
+    squares in another order), and the replicas are identical."""
+    harness.init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    shapes = [(37, 5), (64,), (3, 3, 3)]
+    gen = torch.Generator().manual_seed(5)
+    start = [torch.randn(s, generator=gen) for s in shapes]
+    kw = dict(eps=1e-3, weight_decay=0.01)
+    kw.update(dict(var_freeze_step=4, var_update_scaler=1, local_step_scaler=2, local_step_clipper=4)
+              if kind == "zeroone" else dict(freeze_step=4))
+    runs = {}
+    for device in ("cuda", "cpu"):
+        params = [torch.nn.Parameter(t.clone().to(device)) for t in start]
+        runs[device] = (params, _make(kind, params, **kw))
+    gpu_opt = runs["cuda"][1]
+    name = "_fused_local_step" if kind == "zeroone" else "_fused_compressed_step"
+    took_fused = []
+    fused_step = getattr(gpu_opt, name)
+    setattr(gpu_opt, name, lambda *a: took_fused.append(fused_step(*a)) or took_fused[-1])
+    for step in range(14):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        grads = [torch.randn(s, generator=g) for s in shapes]
+        for device, (params, opt) in runs.items():
+            for p, grad in zip(params, grads):
+                p.grad = grad.to(device)
+            opt.step()
+        gpu = torch.cat([p.detach().cpu().reshape(-1) for p in runs["cuda"][0]])
+        cpu = torch.cat([p.detach().reshape(-1) for p in runs["cpu"][0]])
+        close = torch.isclose(gpu, cpu, rtol=1e-4, atol=1e-6)
+        assert close.float().mean() >= 0.999, f"rank {rank} step {step + 1}: {int((~close).sum())} elements differ"
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, gpu.numpy().tobytes())
+        assert all(b == everyone[0] for b in everyone), f"step {step + 1}: the GPU replicas differ"
+    assert took_fused and all(took_fused), "the fused kernels did not take the CUDA steps"
+    dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_fused_steps_on_cuda_follow_the_cpu_and_replicas_agree(kind):
+    harness.run(_fused_on_cuda_worker, 2, kind, deadline_s=300)
+
+
 def test_optimizers_refuse_bad_settings():
     import pride
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/bits/compressed_adam.h"
 #include "collectives/bits/kernels.h"
 
 namespace pride::bits::cuda {
@@ -79,5 +80,17 @@ cudaError_t average_signs(const uint64_t* const* signs, const float* scales, int
                           cudaStream_t stream);
 // out = ±scale from the sign bits.
 cudaError_t expand_signs(const uint64_t* signs, float scale, size_t n, float* out, cudaStream_t stream);
+
+// ---- 1-bit Adam's and 0/1 Adam's fused steps, as bits/compressed_adam.h ---------------------------
+// The CPU kernels' arithmetic (compressed_adam_elements.h), so the same bits. float32/bf16/fp16 p and g
+// (g may be null), float32 state; one launch per call.
+cudaError_t zero_one_adam_local_step(void* p, const void* g, DType dtype, float* m, const float* v, float* acc,
+                                     size_t n, const AdamLocalStep& step, float* scaled, cudaStream_t stream);
+cudaError_t zero_one_adam_sync(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p,
+                               DType dtype, size_t n, const AdamSync& sync, cudaStream_t stream);
+cudaError_t onebit_adam_momentum(const void* g, DType dtype, float* m, size_t n, double beta1, float* out,
+                                 cudaStream_t stream);
+cudaError_t onebit_adam_apply(const float* mean, const float* v, float* m, void* p, DType dtype, size_t n,
+                              const AdamApply& apply, cudaStream_t stream);
 
 }  // namespace pride::bits::cuda

@@ -239,9 +239,11 @@ class CompressedAdamBase(torch.optim.Optimizer):
         return mask
 
     # ---- The fused CPU kernels ----
-    # CPU tensors take pride's fused kernels after the variance froze (collectives/bits/compressed_adam.h:
-    # one or two passes per step instead of five to ten torch operations; the same bits but for the square
-    # root, which is correctly rounded there); anything else, or False here, the torch operations.
+    # Contiguous CPU tensors, and CUDA tensors where pride is built with CUDA, take pride's fused kernels
+    # after the variance froze (collectives/bits/compressed_adam.h: one or two passes per step instead of
+    # five to ten torch operations; on CPU the same bits as those but for the square root, which is
+    # correctly rounded there; CUDA's kernels give the CPU kernels' bits); anything else, or False here,
+    # the torch operations.
     _use_fused_kernels = True
 
     def _fused_kernels_take(self, params, grads, states):

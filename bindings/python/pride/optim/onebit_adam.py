@@ -67,8 +67,8 @@ class OneBitAdam(CompressedAdamBase):
         g["step"] = t
 
     def _fused_compressed_step(self, g, t, moments):
-        """A compressed step by pride's fused CPU kernels; False, having done nothing, where they do not
-        apply (CUDA tensors, mixed dtypes, non-contiguous tensors)."""
+        """A compressed step by pride's fused kernels (CPU or CUDA); False, having done nothing, where they do
+        not apply (mixed dtypes or devices, non-contiguous tensors, a build without CUDA for CUDA tensors)."""
         params = g["params"]
         grads = [p.grad for p in params]
         momenta, variances = [m for m, _ in moments], [v for _, v in moments]

@@ -123,8 +123,9 @@ class ZeroOneAdam(CompressedAdamBase):
         g["step"] = t
 
     def _fused_local_step(self, g, t, sync):
-        """The local step (and a synchronisation) by pride's fused CPU kernels; False, having done nothing,
-        where they do not apply (CUDA tensors, mixed dtypes, non-contiguous tensors)."""
+        """The local step (and a synchronisation) by pride's fused kernels (CPU or CUDA); False, having done
+        nothing, where they do not apply (mixed dtypes or devices, non-contiguous tensors, a build without
+        CUDA for CUDA tensors)."""
         params = g["params"]
         moments = [self._moments(p) for p in params]
         kept = [self._accumulator(p) for p in params]
