@@ -2,7 +2,8 @@
 // source for the CPU loops (compressed_adam_impl.h) and the CUDA kernels
 // (cuda/compressed_adam_kernels.cu), so that both give the same bits. Every operation is a float32
 // operation rounded once: the fused multiply-add of torch's lerp, IEEE square root and division, and
-// no other contraction (the CPU units build with -ffp-contract=off, the CUDA ones with -fmad=false).
+// no other contraction (the CPU units build with -ffp-contract=off; on the GPU every operation is an
+// explicitly rounded intrinsic, so no nvcc flag can fuse two).
 //
 // Included only from an ISA translation unit or a CUDA one, which defines PRIDE_KERNEL_NS first
 // (element_traits.h says why).
@@ -16,6 +17,31 @@
 #include "collectives/bits/kernel_table.h"
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
+
+// One rounding each, on the GPU whatever nvcc's contraction flags (the intrinsics are never fused).
+PRIDE_HD inline float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+PRIDE_HD inline float subtract(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+PRIDE_HD inline float multiply(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 
 PRIDE_HD inline float fused_multiply_add(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
@@ -48,10 +74,10 @@ struct Lerp {
   float coefficient;
   bool from_start;
   PRIDE_HD explicit Lerp(float weight)
-      : coefficient(weight > -0.5f && weight < 0.5f ? weight : weight - 1.0f),
+      : coefficient(weight > -0.5f && weight < 0.5f ? weight : subtract(weight, 1.0f)),
         from_start(weight > -0.5f && weight < 0.5f) {}
   PRIDE_HD float operator()(float from, float to) const {
-    return fused_multiply_add(coefficient, to - from, from_start ? from : to);
+    return fused_multiply_add(coefficient, subtract(to, from), from_start ? from : to);
   }
 };
 
@@ -60,16 +86,16 @@ template <bool kDecay, bool kBiasCorrected>
 struct AdamMove {
   float decay_factor, eps, neg_step_size, bias_correction2_sqrt;
   PRIDE_HD float operator()(float p, float m, float root) const {
-    const float decayed = kDecay ? p * decay_factor : p;
-    const float denom = (kBiasCorrected ? divide(root, bias_correction2_sqrt) : root) + eps;
-    return decayed + divide(neg_step_size * m, denom);
+    const float decayed = kDecay ? multiply(p, decay_factor) : p;
+    const float denom = add(kBiasCorrected ? divide(root, bias_correction2_sqrt) : root, eps);
+    return add(decayed, divide(multiply(neg_step_size, m), denom));
   }
 };
 
 // torch's t.mul_(v > 0): × 1.0 or × 0.0 (a negative value becomes −0). The factor is built from bits
 // so that a CPU compiler multiplies in every lane rather than branching.
 PRIDE_HD inline float keep_where_variance(float x, float v) {
-  return x * f32_from_bits((0u - static_cast<uint32_t>(v > 0.0f)) & 0x3F800000u);
+  return multiply(x, f32_from_bits((0u - static_cast<uint32_t>(v > 0.0f)) & 0x3F800000u));
 }
 
 // 0/1 Adam's local step of element i; with kSync the accumulated step in momentum units goes to
@@ -86,9 +112,9 @@ PRIDE_HD inline void zero_one_local_element(typename Tr::T* __restrict__ p, cons
   const float root = square_root(v[i]);
   const typename Tr::T stored = Tr::from_f32(move(before, mi, root));
   p[i] = stored;
-  const float total = acc[i] + (Tr::to_f32(stored) - before);
+  const float total = add(acc[i], subtract(Tr::to_f32(stored), before));
   if (kSync) {
-    scaled[i] = total * (root + eps);  // momentum units: × (sqrt(v) + eps), no bias correction
+    scaled[i] = multiply(total, add(root, eps));  // momentum units: × (sqrt(v) + eps), no bias correction
   } else {
     acc[i] = total;
   }
@@ -101,7 +127,7 @@ PRIDE_HD inline void zero_one_sync_element(const float* __restrict__ mean, const
                                            typename Tr::T* __restrict__ p, size_t i, float eps, float neg_lr_sum) {
   const float x = kMask ? keep_where_variance(mean[i], v[i]) : mean[i];
   if (kSetMomentum) m[i] = divide(x, neg_lr_sum);
-  const float a = anchor[i] + divide(x, square_root(v[i]) + eps);
+  const float a = add(anchor[i], divide(x, add(square_root(v[i]), eps)));
   anchor[i] = a;
   p[i] = Tr::from_f32(a);
   acc[i] = 0.0f;

@@ -389,14 +389,22 @@ def _fused_on_cuda_worker(rank, world_size, store_path, kind):
     for step in range(14):
         g = torch.Generator().manual_seed(100 * step + rank)
         grads = [torch.randn(s, generator=g) for s in shapes]
+        grads[0][:, 0] = 0  # never a gradient: variance 0, masked out of every compressed step
+        if step % 5 == 3:
+            grads[2] = None  # no gradient this step
+        if step == 9:
+            for _, opt in runs.values():
+                opt.param_groups[0]["lr"] = 3e-3
         for device, (params, opt) in runs.items():
             for p, grad in zip(params, grads):
-                p.grad = grad.to(device)
+                p.grad = None if grad is None else grad.to(device)
             opt.step()
         gpu = torch.cat([p.detach().cpu().reshape(-1) for p in runs["cuda"][0]])
         cpu = torch.cat([p.detach().reshape(-1) for p in runs["cpu"][0]])
+        # An element whose compressed value sits within the scale's last bit of 0 may take the other sign
+        # on the GPU: a couple of such elements are allowed, nothing more.
         close = torch.isclose(gpu, cpu, rtol=1e-4, atol=1e-6)
-        assert close.float().mean() >= 0.999, f"rank {rank} step {step + 1}: {int((~close).sum())} elements differ"
+        assert int((~close).sum()) <= 2, f"rank {rank} step {step + 1}: {int((~close).sum())} elements differ"
         everyone = [None] * world_size
         dist.all_gather_object(everyone, gpu.numpy().tobytes())
         assert all(b == everyone[0] for b in everyone), f"step {step + 1}: the GPU replicas differ"
