@@ -253,8 +253,10 @@ TEST(SignAllreduce, TritResultsChosenWhereTheySaveTime) {
 // even and uneven nodes, a node of one rank, every rank a node of its own. Every mode, vote kind, odd
 // size and many segments against the oracle, with the node map the communicator learned checked first.
 TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
-  const std::vector<std::vector<int>> layouts{{0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 1, 0, 0}, {0, 0, 1, 1, 2},
-                                              {0, 1, 2}, {0, 0, 0}};
+  // Rails: 2 × 2, 3 × 2, 2 × 3, nodes whose ranks interleave, one node. Leader: uneven nodes, one
+  // rank per node.
+  const std::vector<std::vector<int>> layouts{{0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 0, 0, 1, 1, 1}, {0, 1, 0, 1},
+                                              {0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 1, 2}, {0, 1, 2}};
   for (const char* segment_bytes : {"1048576", "512"}) {
     setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
     Settings::reload();
@@ -279,17 +281,18 @@ TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
   Settings::reload();
 }
 
-// Its wire cost, measured: a non-leader sends only its votes; a leader's bytes to the other nodes are
-// hier_inter_node_bits per element (SPEC §4's per-node figure) and the rest is the result for its
-// node's other ranks; the average over ranks is wire_bits_per_element. 2 × 2 and 3 × 2 ranks.
+// Its wire cost, measured. Rails (every node of the same size): every rank sends its votes on the
+// node's other parts, its share of its node's inter-node bytes (hier_inter_node_bits per element, SPEC
+// §4's per-node figure, over L ranks) and its part of the result to its node's other ranks, which is
+// wire_bits_per_element. Leader scheme (uneven nodes): a non-leader sends only its votes.
 TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
   const size_t n = size_t(1) << 20;
-  for (int nodes : {2, 3}) {
+  for (auto [nodes, local] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}}) {
     for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
-      const int N = 2 * nodes;
+      const int N = nodes * local;
       std::vector<uint64_t> sent(static_cast<size_t>(N));
       testing::RankOptions options;
-      options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
+      options.hostname = [local = local](int r) { return "node" + std::to_string(r / local); };
       testing::run_ranks(N, [&](Communicator& comm) {
         std::vector<float> x(n, comm.rank() % 3 ? 1.0f : -1.0f);
         comm.reset_traffic();
@@ -297,22 +300,27 @@ TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
         sent[size_t(comm.rank())] = comm.traffic().at("hier").bytes_sent;
       }, options);
       const SignPlan plan = SignPlan::make(N, SignMode::kVote, kind);
-      double total = 0;
+      const double L = local;
+      const double per_rank = plan.counters * (L - 1) / L + hier_inter_node_bits(plan, nodes, local) / L +
+                              plan.result_planes * (L - 1) / L;
+      EXPECT_NEAR(per_rank, wire_bits_per_element(SignAlgorithm::kHier, plan, nodes), 1e-9);
       for (int r = 0; r < N; ++r) {
-        total += double(sent[size_t(r)]);
-        const bool leader = r % 2 == 0;
-        if (!leader) {
-          EXPECT_EQ(sent[size_t(r)], uint64_t(plan.counters) * n / 8) << "non-leader " << r << " N=" << N;
-          continue;
-        }
-        const double local_result = double(plan.result_planes) * n / 8;  // to its one other rank
-        const double inter_bits = (double(sent[size_t(r)]) - local_result) * 8 / double(n);
-        EXPECT_NEAR(inter_bits, hier_inter_node_bits(plan, nodes, 2), 0.01) << "leader " << r << " N=" << N;
+        EXPECT_NEAR(double(sent[size_t(r)]) * 8 / double(n), per_rank, 0.01)
+            << "rank " << r << " of " << nodes << " x " << local << " " << name(kind);
       }
-      EXPECT_NEAR(total * 8 / N / double(n), wire_bits_per_element(SignAlgorithm::kHier, plan, nodes), 0.01)
-          << "N=" << N << " " << name(kind);
     }
   }
+  // Leader scheme, nodes of 2 and 1 ranks: rank 1 sends its votes to its leader, nothing else.
+  std::vector<uint64_t> sent(3);
+  testing::RankOptions options;
+  options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
+  testing::run_ranks(3, [&](Communicator& comm) {
+    std::vector<float> x(n, comm.rank() % 2 ? 1.0f : -1.0f);
+    comm.reset_traffic();
+    sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kVote, VoteKind::kBinary, SignAlgorithm::kHier});
+    sent[size_t(comm.rank())] = comm.traffic().at("hier").bytes_sent;
+  }, options);
+  EXPECT_EQ(sent[1], n / 8);
 }
 
 // The cost model takes the hierarchical algorithm for large tensors on several nodes of several

@@ -33,8 +33,9 @@ double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int 
   if (plan.nranks == 1) return 0;
   switch (algorithm) {
     case SignAlgorithm::kHier: {
-      // Non-leaders send their votes; each leader its count shards and result chunks to the other
-      // leaders, and the result to its node's L − 1 other ranks.
+      // Leader scheme: non-leaders send their votes; each leader its count shards and result chunks to
+      // the other leaders, and the result to its node's L − 1 other ranks. Rails send the same bytes
+      // per node, every rank an equal share: this average is each rank's figure there.
       const int M = std::clamp(num_nodes, 1, plan.nranks);
       const int L = std::max(1, plan.nranks / M);
       return ((n - M) * C + M * (hier_inter_node_bits(plan, M, L) + R * (L - 1))) / n;

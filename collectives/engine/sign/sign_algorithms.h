@@ -38,9 +38,13 @@ class PlaneOps;
 void sign_direct(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg);
 // Baseline of the paper's code and signSGD-MV: every rank's votes to every rank, counted locally.
 void sign_allgather(Collective& c, const SignPlan& plan, const SignSegment& seg);
-// Hierarchical (SPEC §4): each node's ranks send their votes to the node's leader (its first rank),
-// which counts them; the leaders run the direct algorithm among themselves on those counts; each
-// leader sends the result to its node. Between nodes only counts and the result travel, once per node.
+// Hierarchical (SPEC §4): between nodes only counts and the result travel, once per node. Where every
+// node has the same L ≥ 2 ranks, rails: the node's ranks reduce-scatter their votes (local rank l
+// counts the node's votes on part l of the segment), local rank l of every node runs the direct
+// algorithm on those counts with its peers, and the node's ranks all-gather the parts of the result.
+// Otherwise the leader scheme: each node's ranks send their votes to its leader (its first rank), which
+// counts them; the leaders run the direct algorithm on those counts; each leader sends the result to
+// its node. Both send the same bytes per node; rails spread them, and the counting, over the node's ranks.
 void sign_hier(Collective& c, const SignPlan& plan, const SignSegment& seg);
 
 }  // namespace pride
