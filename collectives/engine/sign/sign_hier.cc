@@ -43,6 +43,7 @@ void sign_hier_rails(Collective& c, const SignPlan& plan, const SignSegment& seg
   const int local_planes = bits::planes_for(L), full_planes = bits::planes_for(c.size());
   const int NP = C * local_planes;  // planes of a node's count
   const size_t W = seg.nwords;
+  if (W == 0) return;  // every rank has the same empty segment: nothing to send
   Workspace& ws = c.workspace();
   std::vector<RequestPtr> requests;
   auto rail_rank = [&](int node) { return nodes.ranks[size_t(node)][size_t(l)]; };
