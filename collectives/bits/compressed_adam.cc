@@ -3,46 +3,35 @@
 // whose variants give identical bits.
 #include "collectives/bits/compressed_adam.h"
 
-#include <stdexcept>
-#include <string>
-
 #include "collectives/bits/compressed_adam_params.h"
+#include "collectives/bits/element_kernel.h"
 #include "collectives/bits/kernel_table.h"
 
 namespace pride::bits {
-namespace {
 
-template <class Fn>
-Fn adam_kernel(Fn const (&entries)[detail::kNumDTypes], DType dtype, const char* what) {
-  const int i = static_cast<int>(dtype);
-  Fn fn = i >= 0 && i < detail::kNumDTypes ? entries[i] : nullptr;
-  if (fn == nullptr) throw std::invalid_argument(std::string(what) + " does not accept dtype " + dtype_name(dtype));
-  return fn;
-}
-
-}  // namespace
+using detail::element_kernel;
 
 void zero_one_adam_local_step(void* p, const void* g, DType dtype, float* m, const float* v, float* acc, size_t n,
                               const AdamLocalStep& step, float* scaled) {
-  adam_kernel(detail::active_table().adam_local_step, dtype, "zero_one_adam_local_step")(
+  element_kernel(detail::active_table().adam_local_step, dtype, "zero_one_adam_local_step")(
       p, g, m, v, acc, n, detail::adam_local_params(step), scaled);
 }
 
 void zero_one_adam_sync(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p, DType dtype,
                         size_t n, const AdamSync& sync) {
-  adam_kernel(detail::active_table().adam_sync, dtype, "zero_one_adam_sync")(mean, v, m, anchor, acc, p, n,
-                                                                             detail::adam_sync_params(sync));
+  element_kernel(detail::active_table().adam_sync, dtype, "zero_one_adam_sync")(mean, v, m, anchor, acc, p, n,
+                                                                                 detail::adam_sync_params(sync));
 }
 
 void onebit_adam_momentum(const void* g, DType dtype, float* m, size_t n, double beta1, float* out) {
-  adam_kernel(detail::active_table().adam_momentum, dtype, "onebit_adam_momentum")(g, m, out, n,
-                                                                                   static_cast<float>(1.0 - beta1));
+  element_kernel(detail::active_table().adam_momentum, dtype, "onebit_adam_momentum")(
+      g, m, out, n, static_cast<float>(1.0 - beta1));
 }
 
 void onebit_adam_apply(const float* mean, const float* v, float* m, void* p, DType dtype, size_t n,
                        const AdamApply& apply) {
-  adam_kernel(detail::active_table().adam_apply, dtype, "onebit_adam_apply")(mean, v, m, p, n,
-                                                                             detail::adam_apply_params(apply));
+  element_kernel(detail::active_table().adam_apply, dtype, "onebit_adam_apply")(
+      mean, v, m, p, n, detail::adam_apply_params(apply));
 }
 
 }  // namespace pride::bits

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "collectives/bits/element_kernel.h"
 #include "collectives/bits/kernel_table.h"
 #include "collectives/bits/kernels.h"
 
@@ -63,13 +64,7 @@ int dtype_index(DType dtype) {
   return i;
 }
 
-// The kernel for dtype, or invalid_argument naming what was refused.
-template <class Fn>
-Fn element_kernel(Fn const (&entries)[detail::kNumDTypes], DType dtype, const char* what) {
-  Fn fn = entries[dtype_index(dtype)];
-  if (!fn) throw std::invalid_argument(std::string(what) + " does not accept dtype " + dtype_name(dtype));
-  return fn;
-}
+using detail::element_kernel;
 
 void check_planes(int planes, const char* what) {
   if (planes < 1 || planes > detail::kMaxPlanes)

@@ -7,6 +7,10 @@
 //               (pack reads them, unpack writes them, apply reads and writes them in place).
 //   vs memcpy = memcpy time for that many bytes / kernel time (memcpy reads and writes them once).
 //   Counter and threshold kernels have no unpacked side; their target is in G elem/s.
+//   The fused compressed-Adam steps (compressed_adam.h) read and write several float32 streams per
+//   element (a 0/1 Adam local step five in, three out). Their GB/s counts every stream, and their
+//   "vs memcpy" is that rate over memcpy's (which moves two streams): 1.0 means memcpy's bandwidth.
+//   They have no SPEC target.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/bits/compressed_adam.h"
 #include "collectives/bits/kernels.h"
 #include "collectives/bits/onebit.h"
 #include "collectives/bits/trits.h"
@@ -42,19 +47,21 @@ double median_seconds(const std::function<void()>& run, int reps) {
   return times[times.size() / 2];
 }
 
-enum class Target { kBandwidth, kRate };  // >= 70% of memcpy, or >= 20 G elements/s
+enum class Target { kBandwidth, kRate, kNone };  // >= 70% of memcpy, >= 20 G elements/s, or none
 
 struct Kernel {
   std::string name;
   size_t unpacked_bytes;  // 0 for kernels that only touch planes
   Target target;
   std::function<void()> run;
+  int streams = 0;  // Target::kNone: float32 streams read plus written per element
 };
 
 // All buffers the kernels read and write, allocated and touched once.
 struct Buffers {
   size_t n, nwords;
   std::vector<float> f32, out_f32;
+  std::vector<float> momentum, variance, accumulated, anchor, flat;  // the compressed-Adam steps' state
   std::vector<uint16_t> bf16, f16, out_16;
   std::vector<uint64_t> votes;    // 8 vote planes
   std::vector<uint64_t> counter;  // 4 planes
@@ -66,6 +73,11 @@ struct Buffers {
         nwords(pride::bits::words_for(elements)),
         f32(elements),
         out_f32(elements),
+        momentum(elements),
+        variance(elements),
+        accumulated(elements),
+        anchor(elements),
+        flat(elements),
         bf16(elements),
         f16(elements),
         out_16(elements),
@@ -84,6 +96,8 @@ struct Buffers {
       std::memcpy(&u, &f32[i], 4);
       bf16[i] = static_cast<uint16_t>(u >> 16);
       f16[i] = static_cast<uint16_t>(gen());
+      momentum[i] = 0.1f * normal(gen);
+      variance[i] = 0.01f * f32[i] * f32[i];
     }
     for (auto& w : votes) w = gen();
     for (auto& w : counter2) w = gen();
@@ -139,6 +153,31 @@ std::vector<Kernel> kernels(Buffers& b) {
        }},
       {"onebit expand_signs", 4 * n, Target::kBandwidth,
        [&b, n] { expand_signs(b.vote(0), 0.5f, n, b.out_f32.data()); }},
+      // 1-bit Adam's and 0/1 Adam's fused steps after the variance froze (compressed_adam.h), on fp32
+      // parameters (f32) with out_f32 as the gradient and `flat` as the allreduce's input or result.
+      // The last number is the streams: local step reads p, g, m, v, acc and writes p, m, acc (or the
+      // scaled input); sync out reads mean, v, anchor and writes m, anchor, p, acc; momentum reads g, m
+      // and writes m, out; apply reads mean, v, p and writes m, p.
+      {"0/1 Adam local step", 4 * n, Target::kNone, [&b, n] {
+         zero_one_adam_local_step(b.f32.data(), b.out_f32.data(), DType::kFloat32, b.momentum.data(),
+                                  b.variance.data(), b.accumulated.data(), n, {}, nullptr);
+       }, 8},
+      {"0/1 Adam local + sync in", 4 * n, Target::kNone, [&b, n] {
+         zero_one_adam_local_step(b.f32.data(), b.out_f32.data(), DType::kFloat32, b.momentum.data(),
+                                  b.variance.data(), b.accumulated.data(), n, {}, b.flat.data());
+       }, 8},
+      {"0/1 Adam sync out", 4 * n, Target::kNone, [&b, n] {
+         AdamSync sync;
+         sync.lr_sum = 1e-3;
+         zero_one_adam_sync(b.flat.data(), b.variance.data(), b.momentum.data(), b.anchor.data(),
+                            b.accumulated.data(), b.f32.data(), DType::kFloat32, n, sync);
+       }, 7},
+      {"1-bit Adam momentum", 4 * n, Target::kNone, [&b, n] {
+         onebit_adam_momentum(b.out_f32.data(), DType::kFloat32, b.momentum.data(), n, 0.9, b.flat.data());
+       }, 4},
+      {"1-bit Adam apply", 4 * n, Target::kNone, [&b, n] {
+         onebit_adam_apply(b.flat.data(), b.variance.data(), b.momentum.data(), b.f32.data(), DType::kFloat32, n, {});
+       }, 5},
   };
 }
 
@@ -171,6 +210,7 @@ int main(int argc, char** argv) {
   std::printf("n = 2^%d = %zu elements, median of %d runs, one thread\n", log2n, n, reps);
   std::printf("G elem/s = n / time.  GB/s = unpacked bytes (n * sizeof dtype) / time.\n");
   std::printf("vs memcpy = memcpy(unpacked bytes) time / kernel time, memcpy measured in this run.\n");
+  std::printf("Adam rows: GB/s and vs memcpy count every float32 stream read or written (memcpy moves two).\n");
   std::printf("Targets (SPEC 5): pack/unpack/apply vs memcpy >= 0.70; counters and thresholds >= 20 G elem/s.\n\n");
   for (const auto& [bytes, seconds] : memcpy_seconds)
     std::printf("memcpy %zu MiB: %.2f GB/s\n", bytes >> 20, bytes / seconds * 1e-9);
@@ -186,7 +226,11 @@ int main(int argc, char** argv) {
     for (const auto& k : list) {
       const double t = median_seconds(k.run, reps);
       const double gelem = n / t * 1e-9;
-      if (k.unpacked_bytes) {
+      if (k.target == Target::kNone) {
+        const double ratio = memcpy_seconds[k.unpacked_bytes] / t * k.streams / 2.0;
+        std::printf("%-24s %-7s %9.2f %8.2f %10.2f %7s\n", k.name.c_str(), pride::bits::isa_name(isa), gelem,
+                    k.streams * k.unpacked_bytes / t * 1e-9, ratio, "-");
+      } else if (k.unpacked_bytes) {
         const double ratio = memcpy_seconds[k.unpacked_bytes] / t;
         std::printf("%-24s %-7s %9.2f %8.2f %10.2f %7s\n", k.name.c_str(), pride::bits::isa_name(isa), gelem,
                     k.unpacked_bytes / t * 1e-9, ratio, ratio >= 0.70 ? "met" : "missed");
