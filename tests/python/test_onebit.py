@@ -395,6 +395,8 @@ def _fused_on_cuda_worker(rank, world_size, store_path, kind):
         if step == 9:
             for _, opt in runs.values():
                 opt.param_groups[0]["lr"] = 3e-3
+        # 0/1 Adam's local steps leave each rank its own parameters, by design: replicas agree after a sync.
+        synced = kind == "onebit" or gpu_opt.next_step_communicates() != "none"
         for device, (params, opt) in runs.items():
             for p, grad in zip(params, grads):
                 p.grad = None if grad is None else grad.to(device)
@@ -405,9 +407,10 @@ def _fused_on_cuda_worker(rank, world_size, store_path, kind):
         # on the GPU: a couple of such elements are allowed, nothing more.
         close = torch.isclose(gpu, cpu, rtol=1e-4, atol=1e-6)
         assert int((~close).sum()) <= 2, f"rank {rank} step {step + 1}: {int((~close).sum())} elements differ"
-        everyone = [None] * world_size
-        dist.all_gather_object(everyone, gpu.numpy().tobytes())
-        assert all(b == everyone[0] for b in everyone), f"step {step + 1}: the GPU replicas differ"
+        if synced:
+            everyone = [None] * world_size
+            dist.all_gather_object(everyone, gpu.numpy().tobytes())
+            assert all(b == everyone[0] for b in everyone), f"step {step + 1}: the GPU replicas differ"
     assert took_fused and all(took_fused), "the fused kernels did not take the CUDA steps"
     dist.destroy_process_group()
 
