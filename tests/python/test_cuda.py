@@ -225,7 +225,7 @@ def test_standard_collectives_on_cuda_tensors_3ranks():
     run(_standard_collectives, 3, deadline_s=240)
 
 
-def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=False, path=None):
+def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=False, path=None, over_nccl=False):
     import torch.distributed as dist
 
     import pride
@@ -272,6 +272,8 @@ def _lion_cpu_vs_cuda(rank, world_size, store_path, dtype, mode, votes, missing=
         if path is not None:
             device_bytes = pride.stats()["device_bytes_sent"]
             assert (device_bytes > 0) == (path == "device"), (rank, path, pride.stats())
+        if over_nccl:  # the GPU optimizer's votes went over NCCL (the CPU one's over UCX)
+            assert pride.stats()["per_algorithm"].get("nccl_direct", {}).get("calls", 0) > 0, (rank, pride.stats())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
