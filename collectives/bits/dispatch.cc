@@ -58,12 +58,7 @@ const detail::KernelTable& detail::active_table() { return active(); }
 
 namespace {
 
-int dtype_index(DType dtype) {
-  const int i = static_cast<int>(dtype);
-  if (i < 0 || i >= detail::kNumDTypes) throw std::invalid_argument("pride::bits: unknown dtype");
-  return i;
-}
-
+using detail::dtype_index;
 using detail::element_kernel;
 
 void check_planes(int planes, const char* what) {

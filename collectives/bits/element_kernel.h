@@ -10,12 +10,17 @@
 
 namespace pride::bits::detail {
 
+// dtype's row in the per-dtype tables, or invalid_argument for a value outside the enum.
+inline int dtype_index(DType dtype) {
+  const int i = static_cast<int>(dtype);
+  if (i < 0 || i >= kNumDTypes) throw std::invalid_argument("pride::bits: unknown dtype");
+  return i;
+}
+
 // The kernel for dtype, or invalid_argument naming what was refused.
 template <class Fn>
 Fn element_kernel(Fn const (&entries)[kNumDTypes], DType dtype, const char* what) {
-  const int i = static_cast<int>(dtype);
-  if (i < 0 || i >= kNumDTypes) throw std::invalid_argument("pride::bits: unknown dtype");
-  Fn fn = entries[i];
+  Fn fn = entries[dtype_index(dtype)];
   if (!fn) throw std::invalid_argument(std::string(what) + " does not accept dtype " + dtype_name(dtype));
   return fn;
 }
