@@ -2,6 +2,7 @@
 // hierarchical sign-allreduce is built on. Node k's ranks in rank order; its leader is the first.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 namespace pride {

@@ -11,6 +11,7 @@
 #include "collectives/bits/parallel_words.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/sign/direct_segment.h"
+#include "collectives/engine/sign/hier_rails_segment.h"
 #include "collectives/engine/sign/plane_ops.h"
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_algorithms.h"
@@ -69,6 +70,12 @@ uint64_t* result_planes(SignResult& r) {
   return r.borrowed_planes != nullptr ? const_cast<uint64_t*>(r.borrowed_planes) : r.planes.data();
 }
 
+// Segment s of the call: its words of the votes and of the result planes, and its message slots.
+SignSegment segment_of(SignResult& result, const uint64_t* votes, const SegmentRange& s) {
+  return SignSegment{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
+                     s.nwords, s.slot_base};
+}
+
 // Runs the segments in order: pack, communicate, unpack. Only the direct algorithm runs on planes
 // outside host memory (`ops`); the others are given host planes.
 void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uint64_t* votes,
@@ -76,16 +83,15 @@ void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uin
   AlgorithmFn run = algorithm_fn(result.algorithm);
   for (const SegmentRange& s : segs) {
     if (hooks.pack) hooks.pack(s.first_word, s.nwords);
-    const SignSegment seg{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
-                          s.nwords, s.slot_base};
+    const SignSegment seg = segment_of(result, votes, s);
     if (result.algorithm == SignAlgorithm::kDirect) sign_direct(c, ops, result.plan, seg);
     else run(c, result.plan, seg);
     if (hooks.unpack) hooks.unpack(result, s.first_word, s.nwords);
   }
 }
 
-// Ring, tree, all-gather and hier over several segments: while this thread runs segment s's algorithm (its
-// messages and counting), a second thread packs segment s+1 and unpacks segment s−1. Those kernels
+// Ring, tree, all-gather and hier's leader scheme over several segments: while this thread runs segment
+// s's algorithm (its messages and counting), a second thread packs segment s+1 and unpacks s−1. Those kernels
 // read and write the tensor, the memory-bound part of the call; the algorithms are a sequence of
 // blocking exchanges, so the kernels could not be interleaved with them on one thread the way the
 // direct algorithm's are. Segments touch disjoint words of the votes, the result planes and the
@@ -108,62 +114,97 @@ void run_overlapped(Collective& c, SignResult& result, const uint64_t* votes, co
       pack(i + 1);
       if (i > 0) unpack(i - 1);
     });
-    const SegmentRange& s = segs[i];
-    run(c, result.plan,
-        SignSegment{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords, s.nwords,
-                    s.slot_base});
+    run(c, result.plan, segment_of(result, votes, segs[i]));
     beside.get();
   }
   unpack(segs.size() - 1);
 }
+
+// Pack and unpack of a segment for the pipelines below, in pieces with a round of transport progress
+// between them: the pipeline's thread is the only one that progresses the transport, and a message
+// posted before a long kernel would otherwise wait for it (a full socket buffer, a rendezvous nobody
+// answers), which is no overlap at all.
+struct PolledKernels {
+  Collective& c;
+  const SignResult& result;
+  const std::vector<SegmentRange>& segs;
+  const SegmentHooks& hooks;
+  size_t piece;  // words per piece: each kernel thread gets kPollWords
+
+  void in_pieces(size_t i, const std::function<void(size_t, size_t)>& kernel) const {
+    const size_t end = segs[i].first_word + segs[i].nwords;
+    for (size_t w = segs[i].first_word; w < end; w += piece) {
+      kernel(w, std::min(piece, end - w));
+      c.poll();
+    }
+  }
+  void pack(size_t i) const {
+    if (hooks.pack) in_pieces(i, hooks.pack);
+  }
+  void unpack(size_t i) const {
+    if (hooks.unpack) in_pieces(i, [&](size_t first, size_t n) { hooks.unpack(result, first, n); });
+  }
+};
 
 // The direct algorithm as a three-stage software pipeline: while segment s's shards are on the wire
 // the thread packs segment s+1, and while s's results are on the wire it unpacks segment s−1 and
 // posts s+1's shards. Packing, sending and counting overlap; the result is the same bits.
 void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, const uint64_t* votes,
                           const std::vector<SegmentRange>& segs, const SegmentHooks& hooks, int threads) {
+  const PolledKernels kernels{c, result, segs, hooks, kPollWords * size_t(std::max(threads, 1))};
   auto segment = [&](size_t i) {
-    const SegmentRange& s = segs[i];
-    return std::make_unique<DirectSegment>(
-        c, ops, result.plan,
-        SignSegment{votes + s.first_word, result.nwords, result_planes(result) + s.first_word, result.nwords,
-                    s.nwords, s.slot_base},
-        uint32_t(i % 2));
+    return std::make_unique<DirectSegment>(c, ops, result.plan, segment_of(result, votes, segs[i]), uint32_t(i % 2));
   };
-  // The kernels run in pieces with a round of progress between them: the thread is the only one
-  // that progresses the transport, and a message posted before a long kernel would otherwise wait for
-  // it (a full socket buffer, a rendezvous nobody answers), which is no overlap at all.
-  const size_t piece = kPollWords * size_t(std::max(threads, 1));  // each kernel thread gets kPollWords
-  auto in_pieces = [&](size_t i, const std::function<void(size_t, size_t)>& kernel) {
-    const size_t end = segs[i].first_word + segs[i].nwords;
-    for (size_t w = segs[i].first_word; w < end; w += piece) {
-      kernel(w, std::min(piece, end - w));
-      c.poll();
-    }
-  };
-  auto pack = [&](size_t i) {
-    if (hooks.pack) in_pieces(i, hooks.pack);
-  };
-  auto unpack = [&](size_t i) {
-    if (hooks.unpack) in_pieces(i, [&](size_t first, size_t n) { hooks.unpack(result, first, n); });
-  };
-  pack(0);
+  kernels.pack(0);
   std::unique_ptr<DirectSegment> current = segment(0), next;
   current->post_shards();
   for (size_t i = 0; i < segs.size(); ++i) {
     const bool more = i + 1 < segs.size();
-    if (more) pack(i + 1);
+    if (more) kernels.pack(i + 1);
     current->vote_and_post_results();
     if (more) {
       next = segment(i + 1);
       next->post_shards();
     }
-    if (i > 0) unpack(i - 1);
+    if (i > 0) kernels.unpack(i - 1);
     current->finish();
     current = std::move(next);
   }
   ops.settle();
-  unpack(segs.size() - 1);
+  kernels.unpack(segs.size() - 1);
+}
+
+// The hierarchical algorithm's rails (hier_rails_segment.h) as a software pipeline: while segment s's
+// counts cross the inter-node link the thread packs segment s+1 and posts its votes to the node's
+// ranks; while s's results cross it, the thread unpacks segment s−1. run_overlapped's second thread
+// hid the kernels behind the exchanges too, but each segment's exchanges ran one after the other, the
+// first pack and the last unpack exposed; here the link stays busy between segments, and on a host
+// whose ranks outnumber its cores no second thread competes for them.
+void run_hier_pipelined(Collective& c, SignResult& result, const uint64_t* votes, const std::vector<SegmentRange>& segs,
+                        const SegmentHooks& hooks, const NodeGroups& nodes, int threads) {
+  const PolledKernels kernels{c, result, segs, hooks, kPollWords * size_t(std::max(threads, 1))};
+  auto segment = [&](size_t i) {
+    return std::make_unique<HierRailsSegment>(c, result.plan, segment_of(result, votes, segs[i]), nodes,
+                                              uint32_t(i % 2));
+  };
+  kernels.pack(0);
+  std::unique_ptr<HierRailsSegment> current = segment(0), next;
+  current->post_votes();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const bool more = i + 1 < segs.size();
+    current->count_and_post_counts();
+    if (more) {
+      kernels.pack(i + 1);
+      next = segment(i + 1);
+      next->post_votes();
+    }
+    current->decide_and_post_results();
+    if (i > 0) kernels.unpack(i - 1);
+    current->share_part();
+    current->finish();
+    current = std::move(next);
+  }
+  kernels.unpack(segs.size() - 1);
 }
 
 // `planes_out`: where the result planes go (plan.result_planes × words_for(numel) words); null: into
@@ -211,8 +252,11 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
     slot = slot + 2 * slots > Collective::kMaxSlot ? 0 : slot + slots;
   }
   if (segs.empty()) return result;
+  const NodeGroups nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
   if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
     run_direct_pipelined(c, *ops, result, votes, segs, hooks, comm.kernel_threads());
+  } else if (result.algorithm == SignAlgorithm::kHier && segs.size() > 1 && uniform_nodes(nodes)) {
+    run_hier_pipelined(c, result, votes, segs, hooks, nodes, comm.kernel_threads());
   } else if (segs.size() > 1 && (hooks.pack || hooks.unpack)) {
     run_overlapped(c, result, votes, segs, hooks);
   } else {

@@ -3,6 +3,7 @@
 
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/hier_rails_segment.h"
 #include "collectives/engine/sign/node_groups.h"
 #include "collectives/engine/sign/plane_copy.h"
 #include "collectives/engine/sign/sign_algorithms.h"
@@ -27,136 +28,6 @@ void scatter_leader_chunks(const uint64_t* results, int R, size_t W, int M, cons
   }
 }
 
-// Rails: every node has the same L ranks, and local rank l of every node carries part l of the work.
-//   1. inside the node, a reduce-scatter of the votes: local rank l receives its node's votes on word
-//      part S_l (chunk l of L) and counts them;
-//   2. between nodes, rail l (local rank l of each node) runs the direct algorithm on those counts over
-//      S_l: node j's rank owns piece j of S_l, adds the M nodes' counts, decides, sends its result to
-//      the rail;
-//   3. inside the node, an all-gather of the L parts of the result.
-// The inter-node bytes are the leader scheme's, spread over the node's L ranks (NCCL's rails across
-// nodes), and so is the counting.
-void sign_hier_rails(Collective& c, const SignPlan& plan, const SignSegment& seg, const NodeGroups& nodes) {
-  const int C = plan.counters, R = plan.result_planes, M = nodes.num_nodes();
-  const std::vector<int>& locals = nodes.ranks[size_t(nodes.my_node)];
-  const int L = int(locals.size()), l = int(std::find(locals.begin(), locals.end(), c.rank()) - locals.begin());
-  const int local_planes = bits::planes_for(L), full_planes = bits::planes_for(c.size());
-  const int NP = C * local_planes;  // planes of a node's count
-  const size_t W = seg.nwords;
-  if (W == 0) return;  // every rank has the same empty segment: nothing to send
-  Workspace& ws = c.workspace();
-  std::vector<RequestPtr> requests;
-  auto rail_rank = [&](int node) { return nodes.ranks[size_t(node)][size_t(l)]; };
-
-  // 1. My votes on every part, part-major (one message per local peer); theirs on my part.
-  const Range part = chunk(W, L, l);
-  uint64_t* staged_votes = sign_scratch(ws, SignScratch::kHierVotes, size_t(C) * W);
-  for (int i = 0; i < L; ++i) {
-    const Range pi = chunk(W, L, i);
-    gather_planes(seg.votes, seg.vote_stride, C, pi, staged_votes + size_t(C) * pi.begin);
-  }
-  uint64_t* inbox = sign_scratch(ws, SignScratch::kHierCountsIn, size_t(L) * C * part.size);
-  for (int i = 0; i < L; ++i) {
-    if (i == l) continue;
-    requests.push_back(c.recv(locals[size_t(i)], seg.slot_base + kLocalVotes, inbox + size_t(i) * C * part.size,
-                              size_t(C) * part.size * 8));
-  }
-  for (int d = 1; d < L; ++d) {
-    const int to = (l + d) % L;
-    const Range pt = chunk(W, L, to);
-    requests.push_back(c.send(locals[size_t(to)], seg.slot_base + kLocalVotes, staged_votes + size_t(C) * pt.begin,
-                              size_t(C) * pt.size * 8));
-  }
-  c.wait_all(requests);
-  requests.clear();
-  std::copy(staged_votes + size_t(C) * part.begin, staged_votes + size_t(C) * part.end(),
-            inbox + size_t(l) * C * part.size);
-  // The node's count on my part, chunk-major over the M rail pieces (one message per rail peer).
-  uint64_t* node_count = sign_scratch(ws, SignScratch::kHierNodeCount, size_t(NP) * part.size);
-  std::vector<const uint64_t*> ballots(static_cast<size_t>(L));
-  for (int k = 0; k < C; ++k) {
-    for (int i = 0; i < L; ++i) ballots[size_t(i)] = inbox + size_t(i) * C * part.size + size_t(k) * part.size;
-    bits::count_planes(ballots.data(), L, part.size, node_count + size_t(k * local_planes) * part.size, local_planes);
-  }
-  uint64_t* staged = sign_scratch(ws, SignScratch::kHierStaged, size_t(NP) * part.size);
-  for (int j = 0; j < M; ++j) {
-    const Range pj = chunk(part.size, M, j);
-    gather_planes(node_count, part.size, NP, pj, staged + size_t(NP) * pj.begin);
-  }
-
-  // 2. Rail l: the direct algorithm on the counts over my part.
-  const int me = nodes.my_node;
-  const Range mine = chunk(part.size, M, me);
-  uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M) * NP * mine.size);
-  for (int d = 1; d < M; ++d) {
-    const int from = (me - d + M) % M;
-    requests.push_back(c.recv(rail_rank(from), seg.slot_base + kLeaderShards, counts_in + size_t(from) * NP * mine.size,
-                              size_t(NP) * mine.size * 8));
-  }
-  for (int d = 1; d < M; ++d) {
-    const int to = (me + d) % M;
-    const Range pt = chunk(part.size, M, to);
-    requests.push_back(c.send(rail_rank(to), seg.slot_base + kLeaderShards, staged + size_t(NP) * pt.begin,
-                              size_t(NP) * pt.size * 8));
-  }
-  c.wait_all(requests);
-  requests.clear();
-  std::copy(staged + size_t(NP) * mine.begin, staged + size_t(NP) * mine.end(), counts_in + size_t(me) * NP * mine.size);
-  std::vector<uint64_t> total(size_t(C * full_planes) * mine.size, 0);
-  for (int j = 0; j < M; ++j) {
-    for (int k = 0; k < C; ++k) {
-      bits::counter_add(total.data() + size_t(k * full_planes) * mine.size, full_planes,
-                        counts_in + size_t(j) * NP * mine.size + size_t(k * local_planes) * mine.size, local_planes,
-                        mine.size);
-    }
-  }
-  // The result over the whole segment, chunk-major over the L parts and within a part over the M pieces.
-  uint64_t* results = sign_scratch(ws, SignScratch::kHierResults, size_t(R) * W);
-  uint64_t* my_part = results + size_t(R) * part.begin;
-  plan.finalize(total.data(), full_planes, mine.size, my_part + size_t(R) * mine.begin, mine.size);
-  for (int d = 1; d < M; ++d) {
-    const int from = (me - d + M) % M;
-    const Range pf = chunk(part.size, M, from);
-    requests.push_back(c.recv(rail_rank(from), seg.slot_base + kLeaderResults, my_part + size_t(R) * pf.begin,
-                              size_t(R) * pf.size * 8));
-  }
-  for (int d = 1; d < M; ++d) {
-    requests.push_back(c.send(rail_rank((me + d) % M), seg.slot_base + kLeaderResults, my_part + size_t(R) * mine.begin,
-                              size_t(R) * mine.size * 8));
-  }
-  c.wait_all(requests);
-  requests.clear();
-
-  // 3. The node's parts of the result to one another.
-  for (int i = 0; i < L; ++i) {
-    if (i == l) continue;
-    const Range pi = chunk(W, L, i);
-    requests.push_back(c.recv(locals[size_t(i)], seg.slot_base + kLocalResult, results + size_t(R) * pi.begin,
-                              size_t(R) * pi.size * 8));
-  }
-  for (int d = 1; d < L; ++d) {
-    requests.push_back(c.send(locals[size_t((l + d) % L)], seg.slot_base + kLocalResult, my_part,
-                              size_t(R) * part.size * 8));
-  }
-  c.wait_all(requests);
-  for (int i = 0; i < L; ++i) {
-    const Range pi = chunk(W, L, i);
-    uint64_t* part_i = results + size_t(R) * pi.begin;
-    for (int j = 0; j < M; ++j) {
-      const Range pj = chunk(pi.size, M, j);
-      scatter_planes(part_i + size_t(R) * pj.begin, R, {pi.begin + pj.begin, pj.size}, seg.result,
-                     seg.result_stride);
-    }
-  }
-}
-
-bool uniform_nodes(const NodeGroups& nodes) {
-  for (int k = 0; k < nodes.num_nodes(); ++k) {
-    if (nodes.local_size(k) != nodes.local_size(0)) return false;
-  }
-  return nodes.local_size(0) >= 2;
-}
-
 }  // namespace
 
 void sign_hier(Collective& c, const SignPlan& plan, const SignSegment& seg) {
@@ -164,7 +35,13 @@ void sign_hier(Collective& c, const SignPlan& plan, const SignSegment& seg) {
   // Rails where every node has the same ranks (2 hosts × 2 ranks at 1 Gbit/s: 52–60 ms against the
   // leader's 63–66, docs/performance.md); the leader scheme otherwise.
   if (uniform_nodes(nodes)) {
-    sign_hier_rails(c, plan, seg, nodes);
+    if (seg.nwords == 0) return;  // every rank has the same empty segment: nothing to send
+    HierRailsSegment rails(c, plan, seg, nodes, 0);
+    rails.post_votes();
+    rails.count_and_post_counts();
+    rails.decide_and_post_results();
+    rails.share_part();
+    rails.finish();
     return;
   }
   const int me = c.rank(), counters = plan.counters, R = plan.result_planes, M = nodes.num_nodes();

@@ -15,10 +15,10 @@ enum class SignScratch : uint32_t {
   kTreeAcc, kTreeFromChild0, kTreeFromChild1, kTreeResult,
   kAllgatherAll, kAllgatherCounts,
   kDirectShards, kDirectInbox, kDirectResults, kDirectCounts, kDirectTrits,
-  kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults,
+  kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults, kHierSum,
 };
 
-// `instance` tells apart segments that are in flight together (the direct pipeline has two).
+// `instance` tells apart segments that are in flight together (the direct and hier pipelines have two).
 inline uint64_t* sign_scratch(Workspace& ws, SignScratch what, size_t count, uint32_t instance = 0) {
   constexpr uint32_t kOwner = 0x5160;  // the sign-allreduce's fingerprint op id
   return ws.get<uint64_t>({kOwner, uint32_t(what) * 4 + instance}, count);

@@ -1,0 +1,167 @@
+#include "collectives/engine/sign/hier_rails_segment.h"
+
+#include <algorithm>
+
+#include "collectives/bits/kernels.h"
+#include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/plane_copy.h"
+#include "collectives/engine/sign/sign_scratch.h"
+
+namespace pride {
+
+using patterns::chunk;
+using patterns::Range;
+
+namespace {
+// Slots of one segment (sign_slots_per_segment(N) >= 4 for N >= 2).
+constexpr uint32_t kLocalVotes = 0, kRailCounts = 1, kRailResults = 2, kLocalResult = 3;
+}  // namespace
+
+bool uniform_nodes(const NodeGroups& nodes) {
+  for (int k = 0; k < nodes.num_nodes(); ++k) {
+    if (nodes.local_size(k) != nodes.local_size(0)) return false;
+  }
+  return nodes.local_size(0) >= 2;
+}
+
+HierRailsSegment::HierRailsSegment(Collective& c, const SignPlan& plan, const SignSegment& seg,
+                                   const NodeGroups& nodes, uint32_t instance)
+    : c_(c), plan_(plan), seg_(seg), nodes_(nodes), instance_(instance) {
+  const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
+  M_ = nodes_.num_nodes();
+  L_ = int(locals.size());
+  l_ = int(std::find(locals.begin(), locals.end(), c_.rank()) - locals.begin());
+  local_planes_ = bits::planes_for(L_);
+  NP_ = plan_.counters * local_planes_;
+  part_ = chunk(seg_.nwords, L_, l_);
+  piece_ = chunk(part_.size, M_, nodes_.my_node);
+}
+
+void HierRailsSegment::post_votes() {
+  const int C = plan_.counters;
+  const size_t W = seg_.nwords;
+  const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
+  Workspace& ws = c_.workspace();
+  // My votes on every part, part-major: one message per local peer.
+  uint64_t* staged_votes = sign_scratch(ws, SignScratch::kHierVotes, size_t(C) * W, instance_);
+  for (int i = 0; i < L_; ++i) {
+    const Range pi = chunk(W, L_, i);
+    gather_planes(seg_.votes, seg_.vote_stride, C, pi, staged_votes + size_t(C) * pi.begin);
+  }
+  inbox_ = sign_scratch(ws, SignScratch::kHierCountsIn, size_t(L_) * C * part_.size, instance_);
+  std::copy(staged_votes + size_t(C) * part_.begin, staged_votes + size_t(C) * part_.end(),
+            inbox_ + size_t(l_) * C * part_.size);
+  requests_.clear();
+  for (int i = 0; i < L_; ++i) {
+    if (i == l_) continue;
+    requests_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalVotes, inbox_ + size_t(i) * C * part_.size,
+                                size_t(C) * part_.size * 8));
+  }
+  for (int d = 1; d < L_; ++d) {
+    const int to = (l_ + d) % L_;
+    const Range pt = chunk(W, L_, to);
+    requests_.push_back(c_.send(locals[size_t(to)], seg_.slot_base + kLocalVotes, staged_votes + size_t(C) * pt.begin,
+                                size_t(C) * pt.size * 8));
+  }
+}
+
+void HierRailsSegment::count_and_post_counts() {
+  const int C = plan_.counters, me = nodes_.my_node;
+  c_.wait_all(requests_);
+  requests_.clear();
+  Workspace& ws = c_.workspace();
+  // The node's count on my part, counter-major, then piece-major over the M rail peers.
+  uint64_t* node_count = sign_scratch(ws, SignScratch::kHierNodeCount, size_t(NP_) * part_.size, instance_);
+  std::vector<const uint64_t*> ballots(static_cast<size_t>(L_));
+  for (int k = 0; k < C; ++k) {
+    for (int i = 0; i < L_; ++i) ballots[size_t(i)] = inbox_ + size_t(i) * C * part_.size + size_t(k) * part_.size;
+    bits::count_planes(ballots.data(), L_, part_.size, node_count + size_t(k * local_planes_) * part_.size,
+                       local_planes_);
+  }
+  staged_ = sign_scratch(ws, SignScratch::kHierStaged, size_t(NP_) * part_.size, instance_);
+  for (int j = 0; j < M_; ++j) {
+    const Range pj = chunk(part_.size, M_, j);
+    gather_planes(node_count, part_.size, NP_, pj, staged_ + size_t(NP_) * pj.begin);
+  }
+  // Rail l: every node's count on my piece arrives; each rail peer gets mine on its piece.
+  uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
+  for (int d = 1; d < M_; ++d) {
+    const int from = (me - d + M_) % M_;
+    requests_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts,
+                                counts_in + size_t(from) * NP_ * piece_.size, size_t(NP_) * piece_.size * 8));
+  }
+  for (int d = 1; d < M_; ++d) {
+    const int to = (me + d) % M_;
+    const Range pt = chunk(part_.size, M_, to);
+    requests_.push_back(c_.send(rail_rank(to), seg_.slot_base + kRailCounts, staged_ + size_t(NP_) * pt.begin,
+                                size_t(NP_) * pt.size * 8));
+  }
+}
+
+void HierRailsSegment::decide_and_post_results() {
+  const int C = plan_.counters, R = plan_.result_planes, me = nodes_.my_node;
+  const int full_planes = bits::planes_for(c_.size());
+  c_.wait_all(requests_);
+  requests_.clear();
+  Workspace& ws = c_.workspace();
+  uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
+  std::copy(staged_ + size_t(NP_) * piece_.begin, staged_ + size_t(NP_) * piece_.end(),
+            counts_in + size_t(me) * NP_ * piece_.size);
+  uint64_t* total = sign_scratch(ws, SignScratch::kHierSum, size_t(C * full_planes) * piece_.size, instance_);
+  std::fill(total, total + size_t(C * full_planes) * piece_.size, 0);
+  for (int j = 0; j < M_; ++j) {
+    for (int k = 0; k < C; ++k) {
+      bits::counter_add(total + size_t(k * full_planes) * piece_.size, full_planes,
+                        counts_in + size_t(j) * NP_ * piece_.size + size_t(k * local_planes_) * piece_.size,
+                        local_planes_, piece_.size);
+    }
+  }
+  // The result over the whole segment, part-major over the L parts and within a part over the M pieces.
+  results_ = sign_scratch(ws, SignScratch::kHierResults, size_t(R) * seg_.nwords, instance_);
+  uint64_t* my_part = results_ + size_t(R) * part_.begin;
+  plan_.finalize(total, full_planes, piece_.size, my_part + size_t(R) * piece_.begin, piece_.size);
+  for (int d = 1; d < M_; ++d) {
+    const int from = (me - d + M_) % M_;
+    const Range pf = chunk(part_.size, M_, from);
+    requests_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults, my_part + size_t(R) * pf.begin,
+                                size_t(R) * pf.size * 8));
+  }
+  for (int d = 1; d < M_; ++d) {
+    requests_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults,
+                                my_part + size_t(R) * piece_.begin, size_t(R) * piece_.size * 8));
+  }
+}
+
+void HierRailsSegment::share_part() {
+  const int R = plan_.result_planes;
+  const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
+  c_.wait_all(requests_);
+  requests_.clear();
+  for (int i = 0; i < L_; ++i) {
+    if (i == l_) continue;
+    const Range pi = chunk(seg_.nwords, L_, i);
+    requests_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalResult, results_ + size_t(R) * pi.begin,
+                                size_t(R) * pi.size * 8));
+  }
+  for (int d = 1; d < L_; ++d) {
+    requests_.push_back(c_.send(locals[size_t((l_ + d) % L_)], seg_.slot_base + kLocalResult,
+                                results_ + size_t(R) * part_.begin, size_t(R) * part_.size * 8));
+  }
+}
+
+void HierRailsSegment::finish() {
+  const int R = plan_.result_planes;
+  c_.wait_all(requests_);
+  requests_.clear();
+  for (int i = 0; i < L_; ++i) {
+    const Range pi = chunk(seg_.nwords, L_, i);
+    uint64_t* part_i = results_ + size_t(R) * pi.begin;
+    for (int j = 0; j < M_; ++j) {
+      const Range pj = chunk(pi.size, M_, j);
+      scatter_planes(part_i + size_t(R) * pj.begin, R, {pi.begin + pj.begin, pj.size}, seg_.result,
+                     seg_.result_stride);
+    }
+  }
+}
+
+}  // namespace pride

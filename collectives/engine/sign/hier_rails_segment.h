@@ -1,0 +1,62 @@
+// The hierarchical algorithm's rails scheme (sign_algorithms.h, sign_hier) split into its stages, so a
+// driver can run segments as a software pipeline, as DirectSegment does for the direct algorithm:
+// while one segment's counts or results cross the slow inter-node link, the thread packs the next
+// segment or unpacks the previous one. Run one after the other, the stages are the algorithm itself.
+//
+// Every node has the same L ranks; local rank l of every node carries part l of the segment's words:
+//   1. inside the node, a reduce-scatter of the votes: local rank l receives its node's votes on part l
+//      and counts them (shared memory);
+//   2. between nodes, rail l (local rank l of each node) runs the direct algorithm on those counts:
+//      node j's rank owns piece j of part l, adds the M nodes' counts, decides, sends its result piece
+//      to the rail;
+//   3. inside the node, an all-gather of the L parts of the result.
+#pragma once
+
+#include <vector>
+
+#include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/node_groups.h"
+#include "collectives/engine/sign/sign_algorithms.h"
+
+namespace pride {
+
+// True where every node has the same number of ranks, at least two: the rails scheme applies.
+bool uniform_nodes(const NodeGroups& nodes);
+
+class HierRailsSegment {
+ public:
+  // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.
+  HierRailsSegment(Collective& c, const SignPlan& plan, const SignSegment& seg, const NodeGroups& nodes,
+                   uint32_t instance);
+  // Stage 1: this rank's votes on part i go to local rank i; the node's votes on this rank's part are
+  // posted to arrive. Returns at once.
+  void post_votes();
+  // Stage 2: waits for the node's votes, counts them, and sends each rail peer its piece of the count.
+  void count_and_post_counts();
+  // Stage 3: waits for the rail's counts on this rank's piece, adds them to the count of all N votes,
+  // decides, and sends the result piece to the rail.
+  void decide_and_post_results();
+  // Stage 4: waits for the rail's result pieces and sends the node's other ranks this rank's part.
+  void share_part();
+  // Stage 5: waits for the node's other parts and writes the segment's result planes.
+  void finish();
+
+ private:
+  int rail_rank(int node) const { return nodes_.ranks[size_t(node)][size_t(l_)]; }
+
+  Collective& c_;
+  const SignPlan& plan_;
+  SignSegment seg_;
+  const NodeGroups& nodes_;
+  uint32_t instance_;
+  int M_, L_, l_;            // nodes, ranks per node, this rank's local index
+  int local_planes_, NP_;    // planes of a count of L votes; of one node's count (all counters)
+  patterns::Range part_{};   // this rank's part of the segment's words
+  patterns::Range piece_{};  // this node's piece of the part, which this rank owns on its rail
+  uint64_t* inbox_ = nullptr;    // the node's votes on my part, local-rank-major
+  uint64_t* staged_ = nullptr;   // the node's count on my part, piece-major (one message per rail peer)
+  uint64_t* results_ = nullptr;  // the segment's result, part-major and piece-major within a part
+  std::vector<RequestPtr> requests_;
+};
+
+}  // namespace pride
