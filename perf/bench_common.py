@@ -4,7 +4,9 @@ scripts next to it (a script's own directory is on sys.path)."""
 
 import json
 import os
+import sys
 import tempfile
+import time
 from datetime import timedelta
 
 import torch
@@ -116,3 +118,74 @@ def foreach_lion(params, grads, exp_avgs, lr, betas, wd):
     torch._foreach_add_(params, updates, alpha=-lr)
     torch._foreach_mul_(exp_avgs, b2)
     torch._foreach_add_(exp_avgs, grads, alpha=1 - b2)
+
+
+def run_optimizer_configs(rank, configs, make_optimizer, step_kind, averaged, numel, steps):
+    """Every config of `configs` (names) runs `steps` optimizer steps on the same parameters (a few tensors
+    of `numel` float32 elements in all), each rank with its own random gradients. Configs in `averaged`
+    get their gradients averaged by a float32 allreduce first (the DDP baseline); the others communicate
+    themselves. step_kind(config, opt, step) names what a step sends, before it runs. Bytes come from
+    pride.stats(); a round is a step on which anything was communicated. The times per step leave the
+    first step out (reported alone): it also pays one-time set-up, e.g. DistributedLion's search for a DDP
+    model holding its parameters, ~0.1 s. Returns, on rank 0, the configs' results averaged over the
+    ranks (None on the others)."""
+    import pride
+
+    world = dist.get_world_size()
+    sizes = [numel // 4, numel // 4, numel - 2 * (numel // 4)]  # a few tensors, as in a model
+    results = {}
+    for config in configs:
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n) * 0.02) for n in sizes]
+        opt = make_optimizer(config, params)
+        gen = torch.Generator().manual_seed(rank)
+        rounds, step_s, by_kind = 0, [], {}
+        dist.barrier()
+        pride.reset_stats()
+        for step in range(steps):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            before = pride.stats()["collectives"]
+            kind = step_kind(config, opt, step)
+            start = time.perf_counter()
+            if config in averaged:
+                flat = torch.cat([p.grad for p in params])
+                dist.all_reduce(flat)
+                flat.div_(world)
+                for p, g in zip(params, flat.split(sizes)):
+                    p.grad.copy_(g)
+            opt.step()
+            step_s.append(time.perf_counter() - start)
+            if step > 0:
+                by_kind.setdefault(kind, []).append(step_s[-1])
+            rounds += pride.stats()["collectives"] > before
+            if rank == 0 and (step + 1) % max(1, steps // 10) == 0:
+                print(f"# {config}: step {step + 1}/{steps}", file=sys.stderr, flush=True)
+        results[config] = {"bytes_sent": pride.stats()["bytes_sent"], "rounds": rounds,
+                           "first_step_ms": 1e3 * step_s[0], "ms_per_step": 1e3 * sum(step_s[1:]) / len(step_s[1:]),
+                           "ms_by_kind": {k: 1e3 * sum(v) / len(v) for k, v in by_kind.items()},
+                           "steps_by_kind": {k: len(v) for k, v in by_kind.items()}}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, results)
+    if rank != 0:
+        return None
+    return {c: {"bytes_sent": sum(r[c]["bytes_sent"] for r in everyone) / world,
+                "rounds": everyone[0][c]["rounds"],
+                "first_step_ms": sum(r[c]["first_step_ms"] for r in everyone) / world,
+                "ms_per_step": sum(r[c]["ms_per_step"] for r in everyone) / world,
+                "ms_by_kind": {k: sum(r[c]["ms_by_kind"][k] for r in everyone) / world
+                               for k in everyone[0][c]["ms_by_kind"]},
+                "steps_by_kind": everyone[0][c]["steps_by_kind"]} for c in configs}
+
+
+def print_optimizer_table(configs, kinds, numel, steps):
+    """The table of run_optimizer_configs' result (`configs`: name -> result), one row per config, the
+    kinds of step in the order of `kinds`."""
+    print("| optimizer | MB sent | bytes/parameter/step | rounds | first step ms | ms/step after it | "
+          "ms/step by kind (steps) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in configs.items():
+        by_kind = ", ".join(f"{k} {r['ms_by_kind'][k]:.2f} ({r['steps_by_kind'][k]})" for k in kinds
+                            if k in r["ms_by_kind"])
+        print(f"| {name} | {r['bytes_sent'] / 1e6:.1f} | {r['bytes_sent'] / numel / steps:.3f} | "
+              f"{r['rounds']} | {r['first_step_ms']:.1f} | {r['ms_per_step']:.2f} | {by_kind} |")

@@ -21,12 +21,11 @@ its variance at the same step and doubles its local-step interval every --local-
 import argparse
 import json
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
-from bench_common import ENV_HELP, init_pride_group, launch
+from bench_common import ENV_HELP, init_pride_group, launch, print_optimizer_table, run_optimizer_configs
 
 CONFIGS = ("Adam", "1-bit Adam", "0/1 Adam")
 # A step's kind: full = float32 gradients averaged (Adam; the compressed optimizers' warm-up and
@@ -46,7 +45,7 @@ def make_optimizer(config, params, args):
                                    local_step_scaler=args.local_step_scaler, local_step_clipper=args.local_step_clipper)
 
 
-def step_kind(config, opt, step, args):
+def step_kind(config, opt, step):
     """What step `step` (0-based) of `config` sends: "full" (float32), "1bit" or "none" (a local step)."""
     if config == "Adam":
         return "full"
@@ -56,51 +55,13 @@ def step_kind(config, opt, step, args):
 
 
 def worker(rank, args, store_path, out_path):
-    import pride
+    import pride  # noqa: F401 (registers the backend)
 
     init_pride_group(rank, args.ranks, store_path)
     world = dist.get_world_size()
-    sizes = [args.numel // 4, args.numel // 4, args.numel // 2]  # a few tensors, as in a model
-    results = {}
-    for config in CONFIGS:
-        torch.manual_seed(0)
-        params = [torch.nn.Parameter(torch.randn(n) * 0.02) for n in sizes]
-        opt = make_optimizer(config, params, args)
-        gen = torch.Generator().manual_seed(rank)
-        rounds, step_s, by_kind = 0, [], {}
-        dist.barrier()
-        pride.reset_stats()
-        for step in range(args.steps):
-            for p in params:
-                p.grad = torch.randn(p.shape, generator=gen)
-            before = pride.stats()["collectives"]
-            kind = step_kind(config, opt, step, args)
-            start = time.perf_counter()
-            if config == "Adam":
-                flat = torch.cat([p.grad for p in params])
-                dist.all_reduce(flat)
-                flat.div_(world)
-                for p, g in zip(params, flat.split(sizes)):
-                    p.grad.copy_(g)
-            opt.step()
-            step_s.append(time.perf_counter() - start)
-            by_kind.setdefault(kind, []).append(step_s[-1])
-            rounds += pride.stats()["collectives"] > before
-            if rank == 0 and (step + 1) % max(1, args.steps // 10) == 0:
-                print(f"# {config}: step {step + 1}/{args.steps}", file=sys.stderr, flush=True)
-        results[config] = {"bytes_sent": pride.stats()["bytes_sent"], "rounds": rounds,
-                           "ms_per_step": 1e3 * sum(step_s) / len(step_s),
-                           "ms_by_kind": {k: 1e3 * sum(v) / len(v) for k, v in by_kind.items()},
-                           "steps_by_kind": {k: len(v) for k, v in by_kind.items()}}
-    everyone = [None] * world
-    dist.all_gather_object(everyone, results)
+    combined = run_optimizer_configs(rank, CONFIGS, lambda config, params: make_optimizer(config, params, args),
+                                     step_kind, {"Adam"}, args.numel, args.steps)
     if rank == 0:
-        combined = {c: {"bytes_sent": sum(r[c]["bytes_sent"] for r in everyone) / world,
-                        "rounds": everyone[0][c]["rounds"],
-                        "ms_per_step": sum(r[c]["ms_per_step"] for r in everyone) / world,
-                        "ms_by_kind": {k: sum(r[c]["ms_by_kind"][k] for r in everyone) / world
-                                       for k in everyone[0][c]["ms_by_kind"]},
-                        "steps_by_kind": everyone[0][c]["steps_by_kind"]} for c in CONFIGS}
         with open(out_path, "w") as f:
             json.dump({"world": world, "configs": combined}, f)
     dist.destroy_process_group()
@@ -110,14 +71,7 @@ def report(args, result):
     c = result["configs"]
     print(f"# {result['world']} ranks, {args.numel} float32 parameters, {args.steps} steps, warm-up / variance "
           f"freeze at {args.warmup_fraction:.0%}; bytes sent per rank")
-    print("| optimizer | MB sent | bytes/parameter/step | rounds | ms/step | ms/step by kind (steps) |")
-    print("|---|---|---|---|---|---|")
-    for name in CONFIGS:
-        r = c[name]
-        kinds = ", ".join(f"{k} {r['ms_by_kind'][k]:.2f} ({r['steps_by_kind'][k]})" for k in KINDS
-                          if k in r["ms_by_kind"])
-        print(f"| {name} | {r['bytes_sent'] / 1e6:.1f} | {r['bytes_sent'] / args.numel / args.steps:.3f} | "
-              f"{r['rounds']} | {r['ms_per_step']:.2f} | {kinds} |")
+    print_optimizer_table(c, KINDS, args.numel, args.steps)
     adam, onebit, zeroone = (c[n] for n in CONFIGS)
     print(f"1-bit Adam volume vs Adam: {adam['bytes_sent'] / onebit['bytes_sent']:.2f}x less (paper: up to 5x)")
     print(f"0/1 Adam volume vs 1-bit Adam: {1 - zeroone['bytes_sent'] / onebit['bytes_sent']:.0%} less "

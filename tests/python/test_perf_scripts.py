@@ -1,4 +1,5 @@
-"""The Python benchmarks (perf/bench_vs_gloo.py, bench_dlion_step.py, bench_startup.py) run end to end.
+"""The Python benchmarks (perf/bench_vs_gloo.py, bench_dlion_step.py, bench_startup.py, bench_onebit_adam.py,
+bench_lion_cub.py) run end to end.
 
 Tiny sizes, 2 ranks: these check that the tools work and that their built-in checks hold (pride's
 fp32 sum equals Gloo's; D-Lion replicas stay identical on every rank), not speed.
@@ -78,3 +79,31 @@ def test_bench_onebit_adam_counts_volume_and_rounds(tmp_path):
     # 1-bit Adam: 3 float32 warm-up steps (15% of 20), then 1/8 byte per parameter and step.
     assert abs(onebit["bytes_sent"] - (3 * 4 + 17 / 8) * 65536) < 0.02 * onebit["bytes_sent"], onebit
     assert zeroone["rounds"] < 20 and zeroone["bytes_sent"] < onebit["bytes_sent"], zeroone
+
+
+def test_bench_lion_cub_counts_each_configs_bytes(tmp_path):
+    steps, numel, every, k = 20, 65536, 5, 4
+    out = run("bench_lion_cub.py", "--ranks", "2", "--steps", str(steps), "--numel", str(numel), "--sync-every",
+              str(every), "--sync-doubling-k", str(k), "--json", str(tmp_path / "r.json"))
+    assert "Cub L1 doubling vs G-Lion" in out, out
+    configs = json.loads((tmp_path / "r.json").read_text())["configs"]
+    per_step = {name: c["bytes_sent"] / numel / steps for name, c in configs.items()}
+    # At 2 ranks a ring allreduce sends 2(N-1)/N = 1 copy of the buffer: G-Lion 4 bytes per parameter,
+    # the int8 sum 1; the vote's direct shards and results 1/16 byte each.
+    assert abs(per_step["G-Lion"] - 4.0) < 0.01, per_step
+    assert abs(per_step["D-Lion MaVo"] - 0.125) < 0.01, per_step
+    assert abs(per_step["Cub int8 sign"] - 1.0) < 0.01, per_step
+    # A momentum average adds a float32 allreduce of every momentum: 4 bytes per parameter on its steps.
+    # The doubling schedule written out from its definition, T_{j+1} = floor(T_j + 2^(j/k)).
+    schedule, t, j = set(), 0, 0
+    while t <= steps:
+        t = int(t + 2 ** (j / k))
+        j += 1
+        schedule.add(t)
+    doubling_syncs = sum(1 for s in range(1, steps + 1) if s in schedule)
+    assert 0 < doubling_syncs < steps
+    assert abs(per_step["Cub L1 every K"] - (1 + 4 * (steps // every) / steps)) < 0.01, per_step
+    assert abs(per_step["Cub L1 doubling"] - (1 + 4 * doubling_syncs / steps)) < 0.01, per_step
+    assert all(c["rounds"] == steps for c in configs.values()), configs
+    kinds = configs["Cub L1 every K"]["steps_by_kind"]
+    assert kinds.get("int8+sync") == steps // every and sum(kinds.values()) == steps - 1, kinds

@@ -1,0 +1,114 @@
+"""Communication volume, rounds and step time of Lion Cub's options against Lion and Distributed Lion.
+
+Every rank runs the same number of optimizer steps on the same parameters with its own random
+gradients (perf/bench_common.py's run_optimizer_configs, as bench_onebit_adam.py does):
+
+  G-Lion           lion-pytorch's Lion, its gradients averaged by a float32 allreduce each step (the
+                   data-parallel Lion that Lion Cub compares against);
+  D-Lion MaVo      pride.optim.DistributedLion(mode="vote"): the 1-bit majority vote;
+  Cub int8 sign    aggregation="int8", quantization="sign": the paper's p-bit allreduce of the signs,
+                   an int8 sum (the same parameters as the vote, bit for bit);
+  Cub L1 every K   quantization="l1", momenta averaged every --sync-every steps;
+  Cub L1 doubling  quantization="l1", momenta averaged on the authors' doubling schedule
+                   (--sync-doubling-k).
+
+The bytes each rank sends come from pride.stats(); a "round" is a step on which the optimizer
+communicated. Rank 0 prints the table and the paper's claim next to the measured ratio: Lion Cub up to
+5x faster end to end than Lion (arXiv 2411.16462v1's abstract; v2 drops the figure).
+
+    python perf/bench_lion_cub.py --ranks 4 --steps 100
+    scripts/netns_run.sh -n 4 -r 1gbit -- .venv/bin/python perf/bench_lion_cub.py --env
+"""
+
+import argparse
+import json
+import sys
+
+import torch.distributed as dist
+
+from bench_common import ENV_HELP, init_pride_group, launch, print_optimizer_table, run_optimizer_configs
+
+CONFIGS = ("G-Lion", "D-Lion MaVo", "Cub int8 sign", "Cub L1 every K", "Cub L1 doubling")
+# A step's kind: full = float32 gradients averaged, 1bit = the majority vote, int8 = the int8 sum,
+# int8+sync = the int8 sum and the momenta averaged in float32.
+KINDS = ("full", "1bit", "int8", "int8+sync")
+LR, BETAS = 1e-4, (0.9, 0.99)
+
+
+def make_optimizer(config, params, args):
+    import lion_pytorch
+    import pride
+
+    if config == "G-Lion":
+        return lion_pytorch.Lion(params, lr=LR, betas=BETAS)
+    if config == "D-Lion MaVo":
+        return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, mode="vote")
+    if config == "Cub int8 sign":
+        return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, aggregation="int8", quantization="sign")
+    sync = (pride.optim.MomentumSync(every=args.sync_every) if config == "Cub L1 every K"
+            else pride.optim.MomentumSync(doubling_k=args.sync_doubling_k))
+    return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, aggregation="int8", quantization="l1",
+                                       momentum_sync=sync)
+
+
+def step_kind(config, opt, step):
+    """What step `step` (0-based) of `config` sends."""
+    if config == "G-Lion":
+        return "full"
+    if config == "D-Lion MaVo":
+        return "1bit"
+    if opt.momentum_sync is not None and opt.momentum_sync.due(opt.steps + 1):
+        return "int8+sync"
+    return "int8"
+
+
+def worker(rank, args, store_path, out_path):
+    import pride  # noqa: F401 (registers the backend)
+
+    init_pride_group(rank, args.ranks, store_path)
+    world = dist.get_world_size()
+    combined = run_optimizer_configs(rank, CONFIGS, lambda config, params: make_optimizer(config, params, args),
+                                     step_kind, {"G-Lion"}, args.numel, args.steps)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"world": world, "configs": combined}, f)
+    dist.destroy_process_group()
+
+
+def report(args, result):
+    c = result["configs"]
+    print(f"# {result['world']} ranks, {args.numel} float32 parameters, {args.steps} steps, Cub L1 momenta "
+          f"averaged every {args.sync_every} steps or on doubling_k={args.sync_doubling_k}; bytes sent per rank")
+    print_optimizer_table(c, KINDS, args.numel, args.steps)
+    lion = c["G-Lion"]
+    for name in CONFIGS[1:]:
+        r = c[name]
+        print(f"{name} vs G-Lion: {lion['bytes_sent'] / r['bytes_sent']:.2f}x less volume, "
+              f"{lion['ms_per_step'] / r['ms_per_step']:.2f}x faster per step (Lion Cub's claim: up to 5x "
+              f"end to end)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=4, help="processes on this host (default 4)")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps per configuration (default 200)")
+    p.add_argument("--numel", type=int, default=1 << 22, help="parameters in all (default 2^22)")
+    p.add_argument("--sync-every", type=int, default=100,
+                   help="Cub L1 every K: steps between momentum averages (default 100, the authors' earlier "
+                        "momentum_sync_freq)")
+    p.add_argument("--sync-doubling-k", type=int, default=16,
+                   help="Cub L1 doubling: k of the doubling schedule, T_{j+1} = floor(T_j + 2^(j/k)) (default 16)")
+    p.add_argument("--json", help="also write the result here")
+    p.add_argument("--env", action="store_true", help=ENV_HELP)
+    args = p.parse_args()
+    if args.steps < 2 or args.numel < 4 or args.sync_every < 1 or args.sync_doubling_k < 1:
+        p.error("--steps >= 2, --numel >= 4, --sync-every >= 1 and --sync-doubling-k >= 1")
+    return launch(worker, args, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
