@@ -108,6 +108,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.aggregation = aggregation
         self.quantization = quantization
         self.momentum_sync = momentum_sync
+        self._int8_scratch = {}  # (device, dtype) -> lion_cub.Int8Scratch: aggregation="int8"'s buffers
         self.steps = 0  # steps taken (the momentum-sync schedule counts them; saved in state_dict)
         self.mode = mode
         self.group = group
@@ -323,7 +324,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     momenta = [self._momentum(p) if g is not None else None for p, g in zip(params, grads)]
                     lion_cub.int8_step(params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                                        float(group["betas"][1]), float(group["weight_decay"]), self.mode,
-                                       self.quantization, self.group)
+                                       self.quantization, self.group, self._bucket_elements(device, dtype),
+                                       self._int8_scratch.setdefault((device, dtype), lion_cub.Int8Scratch()))
                     continue
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.

@@ -19,6 +19,7 @@ Momentum synchronisation (``MomentumSync``): after the step, on the scheduled st
 parameters' momenta are averaged over the ranks in float32 (an allreduce), as the code's sync_exp_avg.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -33,23 +34,46 @@ def levels(world_size):
     return max(1, 127 // world_size)
 
 
-def quantize(c, quantization, s):
-    """q (int8) of one tensor's interpolation c (any float dtype), as Lion Cub's code computes it in
-    float32. An element whose c is 0 (or NaN) sends 0: it abstains."""
-    c = c.float()
-    c = torch.where(torch.isnan(c), torch.zeros_like(c), c)
+def quantize_(c, quantization, s, q, scratch):
+    """q (int8, c's size) ← Lion Cub's quantization of the interpolation c (a flat tensor of any float
+    dtype), computed in float32 as the authors' code does. c may be overwritten; `scratch` is a float32
+    tensor of c's size (c itself must not be it). An element whose c is 0 (or NaN) sends 0: it abstains.
+    In place, into buffers the caller keeps: fresh tensors of a parameter's size are fresh pages on every
+    step, which on a CPU cost more than the arithmetic."""
+    if c.dtype != torch.float32:
+        scratch.copy_(c)
+        c = scratch
+        scratch = None
+    c.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
     if quantization == "sign":
-        return torch.sign(c).to(torch.int8)
-    magnitude = c.abs()
+        q.copy_(torch.sign(c, out=c))
+        return
+    magnitude = torch.abs(c, out=scratch) if scratch is not None else c.abs()
     if quantization == "l1":
         scale = magnitude.mean()
     elif quantization == "l0":
-        scale = torch.exp(torch.log(magnitude + 1e-12).mean())
+        scale = torch.exp(magnitude.add_(1e-12).log_().mean())
     else:
         scale = magnitude.max() if c.numel() else magnitude.sum()
     if not scale > 0:  # every element 0: nothing to say
-        return torch.zeros_like(c, dtype=torch.int8)
-    return torch.clamp(torch.round(c / scale * (s / 2)), -s, s).to(torch.int8)
+        q.zero_()
+        return
+    torch.div(c, scale, out=c).mul_(s / 2).round_().clamp_(-s, s)
+    q.copy_(c)
+
+
+class Int8Scratch:
+    """The buffers int8_step reuses from step to step, by name (grown when a larger one is needed)."""
+
+    def __init__(self):
+        self._buffers = {}
+
+    def get(self, name, numel, dtype, device):
+        b = self._buffers.get(name)
+        if b is None or b.numel() < numel or b.dtype != dtype or b.device != device:
+            b = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[name] = b
+        return b[:numel]
 
 
 @dataclass
@@ -117,37 +141,70 @@ def average_momenta(momenta, group):
             m.copy_(part.view_as(m))
 
 
-def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quantization, group):
+def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quantization, group,
+              piece_elements=1 << 22, scratch=None):
     """One Distributed Lion step over the p-bit (int8 ring) allreduce. The arithmetic is the fused
     kernels' (lion_impl.h), written as torch operations: c and m in the parameter's dtype, one
     rounding per operation; x ← x·(1 − lr·λ) − lr·Δ. A parameter whose grad is None on this rank sends
-    zeros (abstains) and keeps its momentum; one with no gradient anywhere takes no step."""
+    zeros (abstains) and keeps its momentum; one with no gradient anywhere takes no step.
+
+    Overlapped: each tensor's q goes out as soon as it is quantized, in allreduces of at most
+    `piece_elements`, while the next tensor is quantized; a tensor is applied once its sums are back,
+    while later tensors are on the wire. The sums are per element, so the pieces change no bit.
+    `scratch` (an Int8Scratch the caller keeps) holds the buffers from step to step."""
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     if world > 127:
         raise ValueError(f"DistributedLion: aggregation='int8' sums one int8 per rank and holds at most 127 ranks, "
                          f"this group has {world}; use aggregation='bits'")
     s = levels(world)
-    qs, present = [], []
-    for p, g, m in zip(params, grads, momenta):
-        if g is None:
-            qs.append(torch.zeros(p.numel(), dtype=torch.int8, device=p.device))
-            present.append(0)
-            continue
-        c = m.mul(beta1).add_(g.mul(1 - beta1))
-        qs.append(quantize(c, quantization, s).reshape(-1))
-        present.append(1)
-        m.mul_(beta2).add_(g.mul(1 - beta2))
-    flat = torch.cat(qs + [torch.tensor(present, dtype=torch.int8, device=params[0].device)])
-    if world > 1:
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-    anyone = flat[-len(params):].tolist()
-    for p, total, has in zip(params, flat[:-len(params)].split([p.numel() for p in params]), anyone):
-        if has == 0:
-            continue
+    device, dtype = params[0].device, params[0].dtype
+    scratch = scratch if scratch is not None else Int8Scratch()
+    largest = max(p.numel() for p in params)
+    flat_q = scratch.get("q", sum(p.numel() for p in params), torch.int8, device)
+    c_buf = scratch.get("c", largest, dtype, device)
+    t_buf = scratch.get("t", largest, dtype, device)
+    f32_buf = scratch.get("f32", largest, torch.float32, device)
+
+    def allreduce(t):
+        return dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group, async_op=True) if world > 1 else None
+
+    # Who has a gradient for each tensor, summed first: a tensor nobody stepped stays as it is.
+    present = torch.tensor([0 if g is None else 1 for g in grads], dtype=torch.int8, device=device)
+    pending = [allreduce(present)]  # waited for before the first tensor is applied
+    in_flight = []  # (index, q, works), in order
+
+    def apply_oldest():
+        i, total, works = in_flight.pop(0)
+        for w in pending + works:
+            if w is not None:
+                w.wait()
+        pending.clear()
+        p = params[i]
+        if int(present[i]) == 0:
+            return
         if mode == "vote":
-            delta = torch.sign(total).to(p.dtype)
+            delta = t_buf[:total.numel()].copy_(torch.sign(total, out=total))
         else:
             delta = (total.float() / float(world)).to(p.dtype)
         if weight_decay != 0:
             p.mul_(1 - lr * weight_decay)
         p.add_(delta.view_as(p), alpha=-lr)
+
+    offset = 0
+    for i, (p, g, m) in enumerate(zip(params, grads, momenta)):
+        n = p.numel()
+        q = flat_q[offset:offset + n]
+        offset += n
+        if g is None:
+            q.zero_()
+        else:
+            g = g.reshape(-1)
+            c, t = c_buf[:n], t_buf[:n]
+            torch.mul(m.reshape(-1), beta1, out=c).add_(torch.mul(g, 1 - beta1, out=t))
+            m.mul_(beta2).add_(torch.mul(g, 1 - beta2, out=t).view_as(m))
+            quantize_(c, quantization, s, q, f32_buf[:n] if dtype != torch.float32 else t)
+        in_flight.append((i, q, [allreduce(piece) for piece in q.split(piece_elements)]))
+        if len(in_flight) > 1:
+            apply_oldest()
+    while in_flight:
+        apply_oldest()
