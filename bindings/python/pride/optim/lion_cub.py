@@ -163,7 +163,8 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
     flat_q = scratch.get("q", sum(p.numel() for p in params), torch.int8, device)
     c_buf = scratch.get("c", largest, dtype, device)
     t_buf = scratch.get("t", largest, dtype, device)
-    f32_buf = scratch.get("f32", largest, torch.float32, device)
+    # quantize_'s float32 scratch: for float32 parameters t_buf, free by then; others need their own.
+    f32_buf = scratch.get("f32", largest, torch.float32, device) if dtype != torch.float32 else None
 
     def allreduce(t):
         return dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group, async_op=True) if world > 1 else None
@@ -171,6 +172,7 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
     # Who has a gradient for each tensor, summed first: a tensor nobody stepped stays as it is.
     present = torch.tensor([0 if g is None else 1 for g in grads], dtype=torch.int8, device=device)
     pending = [allreduce(present)]  # waited for before the first tensor is applied
+    anyone = []  # the summed flags, read once (on a GPU, one copy to the host)
     in_flight = []  # (index, q, works), in order
 
     def apply_oldest():
@@ -179,8 +181,10 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
             if w is not None:
                 w.wait()
         pending.clear()
+        if not anyone:
+            anyone.extend(present.tolist())
         p = params[i]
-        if int(present[i]) == 0:
+        if anyone[i] == 0:
             return
         if mode == "vote":
             delta = t_buf[:total.numel()].copy_(torch.sign(total, out=total))
@@ -202,7 +206,7 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
             c, t = c_buf[:n], t_buf[:n]
             torch.mul(m.reshape(-1), beta1, out=c).add_(torch.mul(g, 1 - beta1, out=t))
             m.mul_(beta2).add_(torch.mul(g, 1 - beta2, out=t).view_as(m))
-            quantize_(c, quantization, s, q, f32_buf[:n] if dtype != torch.float32 else t)
+            quantize_(c, quantization, s, q, t if f32_buf is None else f32_buf[:n])
         in_flight.append((i, q, [allreduce(piece) for piece in q.split(piece_elements)]))
         if len(in_flight) > 1:
             apply_oldest()
