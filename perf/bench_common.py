@@ -189,3 +189,19 @@ def print_optimizer_table(configs, kinds, numel, steps):
                             if k in r["ms_by_kind"])
         print(f"| {name} | {r['bytes_sent'] / 1e6:.1f} | {r['bytes_sent'] / numel / steps:.3f} | "
               f"{r['rounds']} | {r['first_step_ms']:.1f} | {r['ms_per_step']:.2f} | {by_kind} |")
+
+
+def optimizer_worker(rank, args, store_path, out_path, configs, make_optimizer, step_kind, averaged):
+    """One rank of an optimizer benchmark (bench_onebit_adam.py, bench_lion_cub.py): joins the group, runs
+    run_optimizer_configs with make_optimizer(config, params, args), and on rank 0 writes what report()
+    reads."""
+    import pride  # noqa: F401 (registers the backend)
+
+    init_pride_group(rank, args.ranks, store_path)
+    world = dist.get_world_size()
+    combined = run_optimizer_configs(rank, configs, lambda config, params: make_optimizer(config, params, args),
+                                     step_kind, averaged, args.numel, args.steps)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"world": world, "configs": combined}, f)
+    dist.destroy_process_group()

@@ -24,9 +24,7 @@ import argparse
 import json
 import sys
 
-import torch.distributed as dist
-
-from bench_common import ENV_HELP, init_pride_group, launch, print_optimizer_table, run_optimizer_configs
+from bench_common import ENV_HELP, launch, optimizer_worker, print_optimizer_table
 
 CONFIGS = ("G-Lion", "D-Lion MaVo", "Cub int8 sign", "Cub L1 every K", "Cub L1 doubling")
 # A step's kind: full = float32 gradients averaged, 1bit = the majority vote, int8 = the int8 sum,
@@ -63,16 +61,7 @@ def step_kind(config, opt, step):
 
 
 def worker(rank, args, store_path, out_path):
-    import pride  # noqa: F401 (registers the backend)
-
-    init_pride_group(rank, args.ranks, store_path)
-    world = dist.get_world_size()
-    combined = run_optimizer_configs(rank, CONFIGS, lambda config, params: make_optimizer(config, params, args),
-                                     step_kind, {"G-Lion"}, args.numel, args.steps)
-    if rank == 0:
-        with open(out_path, "w") as f:
-            json.dump({"world": world, "configs": combined}, f)
-    dist.destroy_process_group()
+    optimizer_worker(rank, args, store_path, out_path, CONFIGS, make_optimizer, step_kind, {"G-Lion"})
 
 
 def report(args, result):

@@ -23,9 +23,8 @@ import json
 import sys
 
 import torch
-import torch.distributed as dist
 
-from bench_common import ENV_HELP, init_pride_group, launch, print_optimizer_table, run_optimizer_configs
+from bench_common import ENV_HELP, launch, optimizer_worker, print_optimizer_table
 
 CONFIGS = ("Adam", "1-bit Adam", "0/1 Adam")
 # A step's kind: full = float32 gradients averaged (Adam; the compressed optimizers' warm-up and
@@ -55,16 +54,7 @@ def step_kind(config, opt, step):
 
 
 def worker(rank, args, store_path, out_path):
-    import pride  # noqa: F401 (registers the backend)
-
-    init_pride_group(rank, args.ranks, store_path)
-    world = dist.get_world_size()
-    combined = run_optimizer_configs(rank, CONFIGS, lambda config, params: make_optimizer(config, params, args),
-                                     step_kind, {"Adam"}, args.numel, args.steps)
-    if rank == 0:
-        with open(out_path, "w") as f:
-            json.dump({"world": world, "configs": combined}, f)
-    dist.destroy_process_group()
+    optimizer_worker(rank, args, store_path, out_path, CONFIGS, make_optimizer, step_kind, {"Adam"})
 
 
 def report(args, result):

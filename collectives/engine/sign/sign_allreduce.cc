@@ -252,10 +252,12 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
     slot = slot + 2 * slots > Collective::kMaxSlot ? 0 : slot + slots;
   }
   if (segs.empty()) return result;
-  const NodeGroups nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
+  // The node map only for hier: the other algorithms do not need it built on every call.
+  const bool hier_pipelined = result.algorithm == SignAlgorithm::kHier && segs.size() > 1;
+  const NodeGroups nodes = hier_pipelined ? NodeGroups::make(comm.node_of_rank(), comm.rank()) : NodeGroups{};
   if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
     run_direct_pipelined(c, *ops, result, votes, segs, hooks, comm.kernel_threads());
-  } else if (result.algorithm == SignAlgorithm::kHier && segs.size() > 1 && uniform_nodes(nodes)) {
+  } else if (hier_pipelined && uniform_nodes(nodes)) {
     run_hier_pipelined(c, result, votes, segs, hooks, nodes, comm.kernel_threads());
   } else if (segs.size() > 1 && (hooks.pack || hooks.unpack)) {
     run_overlapped(c, result, votes, segs, hooks);
