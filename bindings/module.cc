@@ -87,6 +87,12 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"), py::arg("tensor"), py::arg("worker_error"), py::arg("server_error"));
   m.def(
+      "level_vote",
+      [](c10d::Backend& backend, at::Tensor q, int64_t max_level) {
+        return as_pride(backend).level_vote(q, max_level);
+      },
+      py::arg("backend"), py::arg("q"), py::arg("max_level"));
+  m.def(
       "compressed_allreduce_alone",
       [](at::Tensor tensor, at::Tensor worker_error, at::Tensor server_error) {
         for (const at::Tensor* t : {&tensor, &worker_error, &server_error}) {

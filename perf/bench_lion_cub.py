@@ -10,7 +10,12 @@ gradients (perf/bench_common.py's run_optimizer_configs, as bench_onebit_adam.py
                    an int8 sum (the same parameters as the vote, bit for bit);
   Cub L1 every K   quantization="l1", momenta averaged every --sync-every steps;
   Cub L1 doubling  quantization="l1", momenta averaged on the authors' doubling schedule
-                   (--sync-doubling-k).
+                   (--sync-doubling-k);
+  Cub levels sign  aggregation="levels", quantization="sign": the same Δ as "Cub int8 sign" through
+                   pride.level_vote (levels ±1 as two bit planes, only the sign comes back);
+  Cub L1 levels every K
+                   "Cub L1 every K" through pride.level_vote: the same parameters, ⌈log2(2s+1)⌉ planes
+                   out and two back instead of the int8 ring.
 
 The bytes each rank sends come from pride.stats(); a "round" is a step on which the optimizer
 communicated. Rank 0 prints the table and the paper's claim next to the measured ratio: Lion Cub up to
@@ -26,10 +31,11 @@ import sys
 
 from bench_common import ENV_HELP, launch, optimizer_worker, print_optimizer_table
 
-CONFIGS = ("G-Lion", "D-Lion MaVo", "Cub int8 sign", "Cub L1 every K", "Cub L1 doubling")
+CONFIGS = ("G-Lion", "D-Lion MaVo", "Cub int8 sign", "Cub L1 every K", "Cub L1 doubling", "Cub levels sign",
+           "Cub L1 levels every K")
 # A step's kind: full = float32 gradients averaged, 1bit = the majority vote, int8 = the int8 sum,
-# int8+sync = the int8 sum and the momenta averaged in float32.
-KINDS = ("full", "1bit", "int8", "int8+sync")
+# levels = the level vote; +sync = and the momenta averaged in float32.
+KINDS = ("full", "1bit", "int8", "int8+sync", "levels", "levels+sync")
 LR, BETAS = 1e-4, (0.9, 0.99)
 
 
@@ -41,11 +47,13 @@ def make_optimizer(config, params, args):
         return lion_pytorch.Lion(params, lr=LR, betas=BETAS)
     if config == "D-Lion MaVo":
         return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, mode="vote")
-    if config == "Cub int8 sign":
-        return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, aggregation="int8", quantization="sign")
-    sync = (pride.optim.MomentumSync(every=args.sync_every) if config == "Cub L1 every K"
-            else pride.optim.MomentumSync(doubling_k=args.sync_doubling_k))
-    return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, aggregation="int8", quantization="l1",
+    if config in ("Cub int8 sign", "Cub levels sign"):
+        return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, aggregation=config.split()[1],
+                                           quantization="sign")
+    sync = (pride.optim.MomentumSync(doubling_k=args.sync_doubling_k) if config == "Cub L1 doubling"
+            else pride.optim.MomentumSync(every=args.sync_every))
+    aggregation = "levels" if "levels" in config else "int8"
+    return pride.optim.DistributedLion(params, lr=LR, betas=BETAS, aggregation=aggregation, quantization="l1",
                                        momentum_sync=sync)
 
 
@@ -56,8 +64,8 @@ def step_kind(config, opt, step):
     if config == "D-Lion MaVo":
         return "1bit"
     if opt.momentum_sync is not None and opt.momentum_sync.due(opt.steps + 1):
-        return "int8+sync"
-    return "int8"
+        return opt.aggregation + "+sync"
+    return opt.aggregation
 
 
 def worker(rank, args, store_path, out_path):

@@ -102,6 +102,9 @@ class PrideBackend : public c10d::Backend {
   // both errors are updated in place (compressed_allreduce.cc).
   c10::intrusive_ptr<c10d::Work> compressed_allreduce(at::Tensor& tensor, at::Tensor& worker_error,
                                                       at::Tensor& server_error);
+  // sign(Σ_ranks q) in place on int8 `q` whose values lie in [−max_level, max_level] (Lion Cub's quantized
+  // sum, compressed/level_vote.h; level_vote.cc).
+  c10::intrusive_ptr<c10d::Work> level_vote(at::Tensor& q, int64_t max_level);
   // Runs `fn` on the worker thread in issue order (the optimizer's fused step uses it).
   c10::intrusive_ptr<c10d::Work> run_on_worker(const char* name, std::vector<at::Tensor> outputs,
                                                std::function<void(Communicator&)> fn);

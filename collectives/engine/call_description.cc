@@ -69,7 +69,8 @@ std::string describe_call(const Fingerprint& f) {
   std::string call = f.op == kSignAllreduceOp ? describe_sign(plain)
                      : f.op == kOnebitAllreduceOp
                          ? fmt::format("compressed_allreduce (1-bit, error feedback) {} numel {}", sign_input(f.dtype), f.numel)
-                         : describe_standard(plain);
+                     : f.op == kLevelVoteOp ? fmt::format("level_vote int8 numel {} levels +-{}", f.numel, plain.detail)
+                                            : describe_standard(plain);
   if (call.empty()) call = fmt::format("op {:#x} dtype {} numel {} detail {:#x}", f.op, f.dtype, f.numel, f.detail);
   if (f.detail & kFingerprintOverNccl) call += " over NCCL";
   return fmt::format("{} (#{})", call, f.sequence);

@@ -14,6 +14,8 @@ namespace pride {
 constexpr uint32_t kSignAllreduceOp = 0x5160;
 // Fingerprint::op of the 1-bit compressed allreduce (compressed/onebit_allreduce.h).
 constexpr uint32_t kOnebitAllreduceOp = 0x5161;
+// Fingerprint::op of the level vote (compressed/level_vote.h); its detail is the max level.
+constexpr uint32_t kLevelVoteOp = 0x5162;
 // Fingerprint::dtype of a sign-allreduce whose input was not a float tensor: already packed bits
 // (sign_allreduce_packed), or the planes of a DistributedLion bucket. Float inputs use bits::DType.
 constexpr uint32_t kSignInputPacked = 0xFF;

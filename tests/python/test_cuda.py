@@ -301,10 +301,11 @@ def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_4ranks(mode,
 
 # Lion Cub's int8 sum on CUDA parameters: torch operations on the device against the same on the CPU. The
 # signs, and the L-inf levels (a max, the same whatever the reduction order), give the same bits; L1 and L0
-# take a mean, whose float32 sum a GPU orders differently. Missing gradients abstain on both.
-@pytest.mark.parametrize("quantization", ["sign", "linf"])
-def test_lion_cub_int8_on_cuda_equals_the_cpu_step_4ranks(quantization):
-    options = {"aggregation": "int8", "quantization": quantization}
+# take a mean, whose float32 sum a GPU orders differently. Missing gradients abstain on both. "levels":
+# the same sums' signs through pride.level_vote, its CUDA levels staged through pinned host memory.
+@pytest.mark.parametrize("aggregation,quantization", [("int8", "sign"), ("int8", "linf"), ("levels", "linf")])
+def test_lion_cub_int8_on_cuda_equals_the_cpu_step_4ranks(aggregation, quantization):
+    options = {"aggregation": aggregation, "quantization": quantization}
     run(_lion_cpu_vs_cuda, 4, torch.float32, "vote", "exact", True, None, False, options, deadline_s=300)
     run(_lion_cpu_vs_cuda, 4, torch.bfloat16, "vote", "exact", False, None, False, options, deadline_s=300)
 

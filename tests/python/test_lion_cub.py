@@ -27,18 +27,24 @@ def _int8_sign_equals_vote_worker(rank, world_size, store_path, mode, dtype):
     torch.manual_seed(0)
     a = [torch.nn.Parameter(torch.randn(s).to(dtype)) for s in SHAPES]
     b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    c = [torch.nn.Parameter(p.detach().clone()) for p in a]
     bits = pride.optim.DistributedLion(a, lr=0.01, weight_decay=0.1, mode=mode)
     int8 = pride.optim.DistributedLion(b, lr=0.01, weight_decay=0.1, mode=mode, aggregation="int8")
+    runs = [("bits", bits, a), ("int8", int8, b)]
+    if mode == "vote":  # the level vote returns only the sign: vote mode only
+        runs.append(("levels", pride.optim.DistributedLion(c, lr=0.01, weight_decay=0.1, aggregation="levels"), c))
     traffic = {}
-    for name, opt, params in (("bits", bits, a), ("int8", int8, b)):
+    for name, opt, params in runs:
         pride.reset_stats()
         for step in range(6):
             for p, g in zip(params, _grads(rank, step, SHAPES, dtype)):
                 p.grad = g
             opt.step()
         traffic[name] = pride.stats()["bytes_sent"]
-    for x, y in zip(a, b):
+    for x, y, z in zip(a, b, c):
         assert torch.equal(x, y), "the int8 sum of signs and the 1-bit vote gave different parameters"
+        if mode == "vote":
+            assert torch.equal(x, z), "the level vote of signs and the 1-bit vote gave different parameters"
     numel = sum(int(np.prod(s)) for s in SHAPES)
     everyone = [None] * world_size
     dist.all_gather_object(everyone, traffic)
@@ -47,6 +53,8 @@ def _int8_sign_equals_vote_worker(rank, world_size, store_path, mode, dtype):
     # the 1-bit path (ternary here: the zeros make buckets go ternary) well under half of it.
     assert total["int8"] >= 6 * 2 * (world_size - 1) * numel, total
     assert total["bits"] < total["int8"] / 2, total
+    if mode == "vote":  # signs as levels ±1: two planes out, two back, (N-1)/N each
+        assert 6 * 4 * (world_size - 1) * numel / 8 <= total["levels"] < total["int8"] / 2.5, total
     dist.destroy_process_group()
 
 
@@ -63,14 +71,14 @@ def _authors_q(c, s, kind):
     return np.clip(np.round(c / scale * s / 2), -s, s)
 
 
-def _l1_worker(rank, world_size, store_path, kind, bucket_mb):
+def _l1_worker(rank, world_size, store_path, kind, bucket_mb, aggregation):
     import pride
 
     harness.init_group(rank, world_size, store_path)
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s)) for s in SHAPES]
-    opt = pride.optim.DistributedLion(params, lr=0.01, betas=(0.9, 0.99), aggregation="int8", quantization=kind,
-                                      bucket_mb=bucket_mb)
+    opt = pride.optim.DistributedLion(params, lr=0.01, betas=(0.9, 0.99), aggregation=aggregation,
+                                      quantization=kind, bucket_mb=bucket_mb)
     s = 127 // world_size
     momenta = [[np.zeros(p.numel(), dtype=np.float32) for p in params] for _ in range(world_size)]
     x = [p.detach().numpy().reshape(-1).copy() for p in params]
@@ -93,10 +101,12 @@ def _l1_worker(rank, world_size, store_path, kind, bucket_mb):
 
 
 # bucket_mb=0.001: the int8 sums go out in pieces of 262 elements, several per tensor, in flight while
-# the next tensor is quantized.
-@pytest.mark.parametrize("kind,bucket_mb", [("l1", None), ("l0", None), ("linf", None), ("l1", 0.001)])
-def test_quantized_vote_matches_the_authors_formula(kind, bucket_mb):
-    harness.run(_l1_worker, 3, kind, bucket_mb)
+# the next tensor is quantized. "levels": the same Δ through pride.level_vote's bit planes.
+@pytest.mark.parametrize("kind,bucket_mb,aggregation", [("l1", None, "int8"), ("l0", None, "int8"),
+                                                        ("linf", None, "int8"), ("l1", 0.001, "int8"),
+                                                        ("l1", None, "levels"), ("linf", 0.001, "levels")])
+def test_quantized_vote_matches_the_authors_formula(kind, bucket_mb, aggregation):
+    harness.run(_l1_worker, 3, kind, bucket_mb, aggregation)
 
 
 def _calculate_tv(iters, k):
@@ -163,3 +173,57 @@ def test_lion_cub_options_refuse_bad_combinations():
         pride.optim.DistributedLion(p, aggregation="int8", quantization="l2")
     with pytest.raises(TypeError, match="MomentumSync"):
         pride.optim.DistributedLion(p, momentum_sync={"every": 2})
+    with pytest.raises(ValueError, match="aggregation='levels' returns only the sign"):
+        pride.optim.DistributedLion(p, aggregation="levels", mode="mean")
+
+
+def _level_vote_worker(rank, world_size, store_path):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    s = 127 // world_size
+    numel = 10_007
+
+    def levels_of(r, seed):  # every rank's values, reproducible on every rank
+        g = torch.Generator().manual_seed(seed + r)
+        q = torch.randint(-s, s + 1, (numel,), generator=g, dtype=torch.int8)
+        q[:3] = torch.tensor([s, -s, s if r % 2 else -s], dtype=torch.int8)  # extremes, and a tie at even N
+        return q
+
+    for seed in (1, 2):
+        everyone = [levels_of(r, 10 * seed) for r in range(world_size)]
+        want = torch.sign(torch.stack([q.to(torch.int32) for q in everyone]).sum(0)).to(torch.int8)
+        q = everyone[rank].clone()
+        pride.reset_stats()
+        pride.level_vote(q, s)
+        assert torch.equal(q, want), f"rank {rank}: the level vote differs from the int32 oracle's sign"
+        sent = pride.stats()["per_algorithm"]["level_direct"]["bytes_sent"]
+        planes = int(np.ceil(np.log2(2 * s + 1)))
+        # Each owner's chunk is whole 64-element words, so per-rank bytes vary a little around the formula.
+        assert abs(sent - (world_size - 1) / world_size * (planes + 2) * numel / 8) < 64 * world_size, sent
+
+    # A strided view and an async call: the result lands in the caller's tensor.
+    base = torch.zeros(2 * numel, dtype=torch.int8)
+    base[::2] = levels_of(rank, 5)
+    view = base[::2]
+    pride.level_vote(view, s, async_op=True).wait()
+    want = torch.sign(torch.stack([levels_of(r, 5).to(torch.int32) for r in range(world_size)]).sum(0))
+    assert torch.equal(view, want.to(torch.int8)) and not base[1::2].any()
+
+    # Out of range on one rank: every rank raises, naming it; the group stays usable.
+    q = torch.ones(100, dtype=torch.int8)
+    if rank == world_size - 1:
+        q[7] = s + 1
+    with pytest.raises(ValueError, match=f"rank {world_size - 1} has values outside"):
+        pride.level_vote(q, s)
+    with pytest.raises(TypeError, match="int8"):
+        pride.level_vote(torch.ones(5), s)
+    q = torch.full((64,), 1, dtype=torch.int8)
+    pride.level_vote(q, 1)
+    assert torch.equal(q, torch.ones(64, dtype=torch.int8))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_level_vote_is_the_sign_of_the_int32_sum(world_size):
+    harness.run(_level_vote_worker, world_size)

@@ -107,3 +107,8 @@ def test_bench_lion_cub_counts_each_configs_bytes(tmp_path):
     assert all(c["rounds"] == steps for c in configs.values()), configs
     kinds = configs["Cub L1 every K"]["steps_by_kind"]
     assert kinds.get("int8+sync") == steps // every and sum(kinds.values()) == steps - 1, kinds
+    # The level vote at 2 ranks: (N-1)/N = 1/2 of (planes + 2) bits, signs as levels ±1 (2 planes) and
+    # L1 levels ±63 (7 planes); bits_per_element rounds the word-aligned chunks.
+    assert abs(per_step["Cub levels sign"] - 0.5 * 4 / 8) < 0.01, per_step
+    assert abs(per_step["Cub L1 levels every K"] - (0.5 * 9 / 8 + 4 * (steps // every) / steps)) < 0.01, per_step
+    assert configs["Cub L1 levels every K"]["steps_by_kind"].get("levels+sync") == steps // every

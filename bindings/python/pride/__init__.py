@@ -25,6 +25,7 @@ from ._registration import register_backend as _register_backend
 from .collectives import (
     compressed_allreduce,
     compressed_allreduce_server_numel,
+    level_vote,
     reset_stats,
     sign_allreduce,
     sign_allreduce_packed,
@@ -50,6 +51,7 @@ __all__ = [
     "sign_allreduce_packed",
     "compressed_allreduce",
     "compressed_allreduce_server_numel",
+    "level_vote",
     "stats",
     "reset_stats",
     "init",

@@ -99,6 +99,29 @@ def compressed_allreduce(t, worker_error, server_error, group=None, async_op=Fal
     return None
 
 
+def level_vote(q, max_level, group=None, async_op=False):
+    """In place on the int8 tensor ``q``: every rank gets sign(Σ_ranks q) per element (-1, 0 or +1).
+
+    Every value must lie in [-max_level, max_level] (max_level in [1, 127]; ⌊127/N⌋ keeps any sum
+    within int8), and the ranks must agree on ``q.numel()`` and ``max_level``: a violation raises on
+    every rank, naming the rank whose values are out of range. This is Lion Cub's quantized
+    aggregation with its sign applied (``DistributedLion(aggregation="levels")``): the same result as
+    an int8 SUM allreduce followed by ``torch.sign``, at (N-1)/N · (planes + 2) bits per element, where
+    planes = ceil(log2(2·max_level + 1)) (6 bits at N = 4, against the int8 ring's 12): each rank's
+    levels travel as bit planes to the owner of their chunk, which sums them with bit-sliced counters.
+    CPU or CUDA tensors (CUDA ones staged through pinned host memory). Returns a Work when ``async_op``.
+    """
+    if _not_a_member(group):
+        return None
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"pride.level_vote: expected a torch.Tensor, got {type(q).__name__}")
+    work = _C.level_vote(_pride_backend(group, "level_vote"), q, int(max_level))
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
 def stats(group=None):
     """Traffic counters of the group's pride backend: collectives issued, bytes sent and received,
     and the same per algorithm ("direct", "ring", "allreduce_ring", ...). device_bytes_sent is the part

@@ -1,11 +1,13 @@
 #include "collectives/engine/compressed/onebit_allreduce.h"
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "collectives/bits/kernels.h"
 #include "collectives/bits/onebit.h"
 #include "collectives/engine/call_description.h"
+#include "collectives/engine/patterns/peer_exchange.h"
 
 namespace pride {
 namespace {
@@ -68,18 +70,13 @@ void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel) {
   const Range mine = chunk(W, n, r), my_elements = elements_of(mine, numel);
   const size_t message_words = mine.size + 1;
   uint64_t* inbox = scratch(ws, kInbox, size_t(n) * message_words);
-  std::vector<RequestPtr> requests;
-  for (int d = 1; d < n; ++d) {
-    const int from = (r - d + n) % n;
-    requests.push_back(c.recv(from, 0, inbox + size_t(from) * message_words, message_words * 8));
-  }
-  for (int d = 1; d < n; ++d) {  // the right neighbour first, so no owner is hit by everyone at once
-    const int to = (r + d) % n;
-    const Range words = chunk(W, n, to);
-    requests.push_back(c.send(to, 0, shards + message_offset(words, to), (words.size + 1) * 8));
-  }
-  c.wait_all(requests);
-  requests.clear();
+  patterns::exchange_with_peers(
+      c, 0,
+      [&](int from) { return std::pair<void*, size_t>(inbox + size_t(from) * message_words, message_words * 8); },
+      [&](int to) {
+        const Range words = chunk(W, n, to);
+        return std::pair<const void*, size_t>(shards + message_offset(words, to), (words.size + 1) * 8);
+      });
   std::memcpy(inbox + size_t(r) * message_words, shards + message_offset(mine, r), message_words * 8);
 
   // 3. The owner: average, server feedback, compression with the chunk's own scale.
@@ -97,13 +94,13 @@ void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel) {
   put_scale(my_result + mine.size, server_scale);
 
   // 4. All-gather of the owners' signs and scales, then every chunk decompressed in place.
-  for (int d = 1; d < n; ++d) {
-    const int from = (r - d + n) % n;
-    const Range words = chunk(W, n, from);
-    requests.push_back(c.recv(from, 1, results + message_offset(words, from), (words.size + 1) * 8));
-  }
-  for (int d = 1; d < n; ++d) requests.push_back(c.send((r + d) % n, 1, my_result, message_words * 8));
-  c.wait_all(requests);
+  patterns::exchange_with_peers(
+      c, 1,
+      [&](int from) {
+        const Range words = chunk(W, n, from);
+        return std::pair<void*, size_t>(results + message_offset(words, from), (words.size + 1) * 8);
+      },
+      [&](int) { return std::pair<const void*, size_t>(my_result, message_words * 8); });
   for (int j = 0; j < n; ++j) {
     const Range words = chunk(W, n, j);
     const uint64_t* message = results + message_offset(words, j);

@@ -67,8 +67,11 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     the same vote as the default 1-bit path, at 8 bits per element instead of ≤ 2) or "l1"/"l0"/"linf"
     (c scaled by its tensor's mean/geometric-mean/max magnitude to ⌊127/N⌋ levels: a vote weighted by
     magnitude) — is summed by an int8 ring allreduce and Δ = sign(sum) (or sum/N in mode "mean" with
-    "sign"). ``momentum_sync=MomentumSync(every=K | doubling_k=k, until=None, params=None)`` averages the
-    chosen parameters' momenta over the ranks in float32 after the scheduled steps.
+    "sign"). ``aggregation="levels"`` gives the same Δ bit for bit at half the bytes or less (mode "vote"
+    only): the levels travel as bit planes to owners that sum them with bit-sliced counters and send back
+    only the sign (pride.level_vote). ``momentum_sync=MomentumSync(every=K | doubling_k=k, until=None,
+    params=None)`` averages the chosen parameters' momenta over the ranks in float32 after the scheduled
+    steps.
 
     Uneven inputs: the optimizer is a Joinable. Under ``torch.distributed.algorithms.join.Join([ddp_model,
     opt])`` a rank that ran out of data shadows the others' steps: it abstains in every vote (a missing
@@ -95,9 +98,13 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         if quantization not in lion_cub.QUANTIZATIONS:
             raise ValueError(f"DistributedLion: quantization must be one of {lion_cub.QUANTIZATIONS}, got "
                              f"{quantization!r}")
-        if quantization != "sign" and (aggregation != "int8" or mode != "vote"):
+        if quantization != "sign" and (aggregation == "bits" or mode != "vote"):
             raise ValueError(f"DistributedLion: quantization={quantization!r} sends several levels per element: it "
-                             "needs aggregation='int8' and mode='vote' (Lion Cub applies the sign of the sum)")
+                             "needs aggregation='int8' or 'levels' and mode='vote' (Lion Cub applies the sign of the "
+                             "sum)")
+        if aggregation == "levels" and mode != "vote":
+            raise ValueError(f"DistributedLion: aggregation='levels' returns only the sign of the ranks' sum; "
+                             f"mode={mode!r} needs aggregation='int8'")
         if aggregation == "int8" and mode == "global":
             raise ValueError("DistributedLion: aggregation='int8' sums the ranks' updates; mode='global' sends "
                              "gradients instead")
@@ -108,7 +115,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.aggregation = aggregation
         self.quantization = quantization
         self.momentum_sync = momentum_sync
-        self._int8_scratch = {}  # (device, dtype) -> lion_cub.Int8Scratch: aggregation="int8"'s buffers
+        self._int8_scratch = {}  # (device, dtype) -> lion_cub.Int8Scratch: the quantized aggregations' buffers
         self.steps = 0  # steps taken (the momentum-sync schedule counts them; saved in state_dict)
         self.mode = mode
         self.group = group
@@ -304,7 +311,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         backend = self._backend() if self.mode != "global" else None
         layout = self._layout()
         digest = self._digest(layout)
-        if (self.mode == "global" or self.aggregation == "int8") and self._distributed():
+        if (self.mode == "global" or self.aggregation != "bits") and self._distributed():
             self._check_layout_global(layout, digest)
         for group in self.param_groups:
             # The layout comes from the parameter list, not from which gradients exist: a parameter
@@ -319,13 +326,15 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                 by_dtype.setdefault((p.device, p.dtype), []).append(p)
             for (device, dtype), params in by_dtype.items():
                 grads = [None if p.grad is None or shadow else p.grad.contiguous() for p in params]
-                if self.aggregation == "int8":
-                    # Lion Cub's p-bit allreduce: quantized c summed in int8 (lion_cub.py).
+                if self.aggregation != "bits":
+                    # Lion Cub's p-bit allreduce: quantized c summed in int8, or its sign by level vote
+                    # (lion_cub.py).
                     momenta = [self._momentum(p) if g is not None else None for p, g in zip(params, grads)]
                     lion_cub.int8_step(params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                                        float(group["betas"][1]), float(group["weight_decay"]), self.mode,
                                        self.quantization, self.group, self._bucket_elements(device, dtype),
-                                       self._int8_scratch.setdefault((device, dtype), lion_cub.Int8Scratch()))
+                                       self._int8_scratch.setdefault((device, dtype), lion_cub.Int8Scratch()),
+                                       aggregation=self.aggregation)
                     continue
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.

@@ -8,7 +8,10 @@ that code's; docs/design.md lists what was chosen where it is silent or buggy.
 
 p-bit allreduce (``aggregation="int8"``): each rank quantizes its local Lion interpolation
 c = β1·m + (1−β1)·g to integers q with |q| ≤ s = ⌊127/N⌋, the ranks sum q with an int8 ring allreduce
-(2(N−1)/N · 8 bits per element; the sum cannot overflow), and Δ = sign(Σ q).
+(2(N−1)/N · 8 bits per element; the sum cannot overflow), and Δ = sign(Σ q). ``aggregation="levels"``
+computes the same Δ with pride.level_vote: the q travel as ⌈log2(2s+1)⌉ bit planes to the owner of their
+chunk, which sums them with bit-sliced counters and returns only sign(Σ q), (N−1)/N · (planes + 2) bits
+per element (6 at N = 4 against the ring's 12). Vote mode only: the sum itself never travels.
   quantization="sign": q = sign(c) ∈ {−1, 0, +1}; Δ is then exactly the majority vote that pride's
                         1-bit algorithms compute with 2 bits or less (tested bit for bit);
   quantization="l1":   q = clamp(round(c / mean|c| · s/2), −s, s), the scale per parameter tensor and
@@ -25,8 +28,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ..collectives import level_vote
+
 QUANTIZATIONS = ("sign", "l1", "l0", "linf")
-AGGREGATIONS = ("bits", "int8")
+AGGREGATIONS = ("bits", "int8", "levels")
 
 
 def levels(world_size):
@@ -142,8 +147,9 @@ def average_momenta(momenta, group):
 
 
 def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quantization, group,
-              piece_elements=1 << 22, scratch=None):
-    """One Distributed Lion step over the p-bit (int8 ring) allreduce. The arithmetic is the fused
+              piece_elements=1 << 22, scratch=None, aggregation="int8"):
+    """One Distributed Lion step over the p-bit allreduce: the int8 ring's sum (``aggregation="int8"``) or
+    its sign by pride.level_vote (``"levels"``, mode "vote"; the same Δ bit for bit). The arithmetic is the fused
     kernels' (lion_impl.h), written as torch operations: c and m in the parameter's dtype, one
     rounding per operation; x ← x·(1 − lr·λ) − lr·Δ. A parameter whose grad is None on this rank sends
     zeros (abstains) and keeps its momentum; one with no gradient anywhere takes no step.
@@ -168,6 +174,13 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
 
     def allreduce(t):
         return dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group, async_op=True) if world > 1 else None
+
+    def aggregate(q):  # a tensor's quantized c, in flight; what comes back is summed (int8) or signed (levels)
+        if world == 1:
+            return None
+        if aggregation == "levels":  # signs need only levels ±1: two planes, not ⌈log2(2s+1)⌉
+            return level_vote(q, 1 if quantization == "sign" else s, group=group, async_op=True)
+        return allreduce(q)
 
     # Who has a gradient for each tensor, summed first: a tensor nobody stepped stays as it is.
     present = torch.tensor([0 if g is None else 1 for g in grads], dtype=torch.int8, device=device)
@@ -207,7 +220,7 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
             torch.mul(m.reshape(-1), beta1, out=c).add_(torch.mul(g, 1 - beta1, out=t))
             m.mul_(beta2).add_(torch.mul(g, 1 - beta2, out=t).view_as(m))
             quantize_(c, quantization, s, q, t if f32_buf is None else f32_buf[:n])
-        in_flight.append((i, q, [allreduce(piece) for piece in q.split(piece_elements)]))
+        in_flight.append((i, q, [aggregate(piece) for piece in q.split(piece_elements)]))
         if len(in_flight) > 1:
             apply_oldest()
     while in_flight:

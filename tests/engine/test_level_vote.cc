@@ -1,0 +1,112 @@
+// The level vote (collectives/engine/compressed/level_vote.h) against an int32 oracle: every rank's
+// int8 values summed as plain ints, the sign taken. Every rank must get the oracle's values, on sizes
+// around word and chunk edges, with the extreme levels and exact ties (sums of zero) present.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/common/error.h"
+#include "collectives/bits/levels.h"
+#include "collectives/engine/compressed/level_vote.h"
+#include "tests/engine/rank_threads.h"
+
+namespace pride {
+namespace {
+
+using testing::run_ranks;
+
+std::vector<std::vector<int8_t>> random_levels(int n, size_t numel, int s, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> level(-s, s);
+  std::vector<std::vector<int8_t>> q(size_t(n), std::vector<int8_t>(numel, 0));
+  for (int i = 0; i < n; ++i) {
+    for (size_t k = 0; k < numel; ++k) q[i][k] = int8_t(level(rng));
+  }
+  if (numel >= 4) {
+    for (int i = 0; i < n; ++i) {
+      q[i][0] = int8_t(s);                     // the largest sum
+      q[i][1] = int8_t(-s);                    // the smallest
+      q[i][2] = int8_t(i % 2 ? s : -s);        // a tie at even N
+      q[i][3] = 0;                             // every rank abstains
+    }
+  }
+  return q;
+}
+
+std::vector<int8_t> oracle(const std::vector<std::vector<int8_t>>& q) {
+  std::vector<int8_t> want(q[0].size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    int32_t sum = 0;
+    for (const auto& rank : q) sum += int32_t(rank[k]);
+    want[k] = int8_t(sum > 0 ? 1 : sum < 0 ? -1 : 0);
+  }
+  return want;
+}
+
+TEST(LevelVote, EveryRankGetsTheSignOfTheInt32Sum) {
+  for (int n : {1, 2, 3, 4, 5}) {
+    for (int s : {1, 127 / n}) {
+      for (size_t numel : {size_t(1), size_t(5), size_t(63), size_t(64), size_t(65), size_t(300), size_t(4099)}) {
+        SCOPED_TRACE(::testing::Message() << n << " ranks, max level " << s << ", numel " << numel);
+        const auto q = random_levels(n, numel, s, unsigned(97 * n + 13 * s) + unsigned(numel));
+        const std::vector<int8_t> want = oracle(q);
+        auto got = q;
+        run_ranks(n, [&](Communicator& comm) {
+          auto& mine = got[size_t(comm.rank())];
+          level_vote(comm, mine.data(), numel, s);
+        });
+        for (int i = 0; i < n; ++i) {
+          for (size_t k = 0; k < numel; ++k) {
+            ASSERT_EQ(int(got[i][k]), int(want[k])) << "rank " << i << " element " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LevelVote, SendsItsPlanesAndTwoResultPlanes) {
+  constexpr int n = 4, s = 31;
+  constexpr size_t numel = size_t(1) << 16;
+  std::vector<uint64_t> sent(n);
+  run_ranks(n, [&](Communicator& comm) {
+    std::vector<int8_t> q(numel, int8_t(comm.rank() - 1));
+    comm.reset_traffic();
+    level_vote(comm, q.data(), numel, s);
+    sent[size_t(comm.rank())] = comm.traffic().at("level_direct").bytes_sent;
+  });
+  const double formula = level_vote_wire_bits(n, s);
+  EXPECT_DOUBLE_EQ(formula, 0.75 * (6 + 2));  // six planes at s = 31, then the +1 and tie planes
+  // Plus the range agreement: 4 bytes riding in each of the fingerprint check's log2(4) = 2 messages.
+  for (int i = 0; i < n; ++i) EXPECT_EQ(double(sent[i]), formula * numel / 8 + 2 * 4) << "rank " << i;
+}
+
+TEST(LevelVote, ValuesOutOfRangeFailOnEveryRankNamingTheRank) {
+  const auto errors = testing::run_ranks_collect_errors(3, [](Communicator& comm) {
+    std::vector<int8_t> q(100, 1);
+    if (comm.rank() == 2) q[50] = 43;  // beyond ⌊127/3⌋ = 42
+    level_vote(comm, q.data(), q.size(), 42);
+  });
+  for (const auto& e : errors) EXPECT_NE(e.find("rank 2 has values outside [-42, 42]"), std::string::npos) << e;
+}
+
+TEST(LevelVote, DifferentLevelsOnTheRanksFailOnEveryRank) {
+  const auto errors = testing::run_ranks_collect_errors(2, [](Communicator& comm) {
+    std::vector<int8_t> q(100, 1);
+    level_vote(comm, q.data(), q.size(), comm.rank() == 0 ? 31 : 63);
+  });
+  for (const auto& e : errors) EXPECT_NE(e.find("level_vote int8 numel 100 levels +-"), std::string::npos) << e;
+}
+
+TEST(LevelVote, RefusesALevelOutsideInt8) {
+  run_ranks(1, [](Communicator& comm) {
+    std::vector<int8_t> q(10, 0);
+    EXPECT_THROW(level_vote(comm, q.data(), q.size(), 128), InvalidArgument);
+    EXPECT_THROW(level_vote(comm, q.data(), q.size(), 0), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace pride
