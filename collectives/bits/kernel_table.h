@@ -102,6 +102,8 @@ struct KernelTable {
   void (*adam_momentum[kNumDTypes])(const void* g, float* m, float* out, size_t n, float weight);
   void (*adam_apply[kNumDTypes])(const float* mean, const float* v, float* m, void* p, size_t n,
                                  const AdamApplyParams& a);
+  // The level vote's planes (levels.h): `planes` = level_planes(max_level).
+  void (*pack_levels)(const int8_t* q, size_t n, int max_level, int planes, uint64_t* out);
 };
 
 const KernelTable& portable_table();

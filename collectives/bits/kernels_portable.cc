@@ -6,6 +6,7 @@
 #include "collectives/bits/counters_impl.h"
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
+#include "collectives/bits/levels_scalar.h"
 #include "collectives/bits/lion_impl.h"
 #include "collectives/bits/onebit_scalar.h"
 #include "collectives/bits/plane_stats.h"
@@ -91,6 +92,7 @@ const KernelTable& portable_table() {
       {adam_sync<F32>, adam_sync<BF16>, adam_sync<F16>, nullptr},
       {adam_momentum<F32>, adam_momentum<BF16>, adam_momentum<F16>, nullptr},
       {adam_apply<F32>, adam_apply<BF16>, adam_apply<F16>, nullptr},
+      pack_levels_scalar,
   };
   return table;
 }

@@ -7,6 +7,7 @@
 
 #include "collectives/bits/kernels.h"
 #include "collectives/bits/levels.h"
+#include "tests/kernels/oracle.h"
 
 namespace pride::bits {
 namespace {
@@ -18,10 +19,13 @@ TEST(Levels, PlanesHoldTwiceTheMaxLevel) {
   EXPECT_EQ(level_planes(127), 8);   // 1 rank: [0, 254]
 }
 
-TEST(Levels, PackIsBitPOfTheOffsetValue) {
+using LevelsTest = test::IsaTest;
+
+TEST_P(LevelsTest, PackIsBitPOfTheOffsetValue) {
   std::mt19937 rng(11);
   for (int s : {1, 2, 3, 15, 31, 42, 63, 64, 127}) {
-    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(63), size_t(64), size_t(65), size_t(130), size_t(1001)}) {
+    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(32), size_t(63), size_t(64), size_t(65), size_t(130),
+                     size_t(1001)}) {
       std::uniform_int_distribution<int> level(-s, s);
       std::vector<int8_t> q(n);
       for (auto& v : q) v = int8_t(level(rng));
@@ -41,6 +45,8 @@ TEST(Levels, PackIsBitPOfTheOffsetValue) {
     }
   }
 }
+
+PRIDE_INSTANTIATE_ISA_TESTS(LevelsTest);
 
 TEST(Levels, WithinChecksBothEnds) {
   std::vector<int8_t> q = {0, 3, -3, 2};
