@@ -4,6 +4,8 @@
 // vote's arithmetic is a few logic operations per 64 of them, so the copies are the cost either way.
 #include <ATen/ATen.h>
 
+#include <cstdint>
+
 #include "collectives/engine/compressed/level_vote.h"
 #include "torch_plugin/host_staging.h"
 #include "torch_plugin/pride_backend.h"
@@ -19,7 +21,8 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::level_vote(at::Tensor& q, int64_t m
   TORCH_CHECK_VALUE(q.defined(), "pride ", kName, " (rank ", rank, "): undefined tensor");
   TORCH_CHECK_TYPE(q.scalar_type() == at::kChar, "pride ", kName, " (rank ", rank,
                    "): the levels must be an int8 tensor, got ", q.scalar_type());
-  TORCH_CHECK_VALUE(max_level >= 1 && max_level <= 127, "pride ", kName, " (rank ", rank,
+  // The range [1, 127] is checked by the collective, after the ranks compare their calls (level_vote.h).
+  TORCH_CHECK_VALUE(max_level >= INT32_MIN && max_level <= INT32_MAX, "pride ", kName, " (rank ", rank,
                     "): max_level must be in [1, 127], got ", max_level);
   std::vector<at::Tensor> outputs{q};
   StagingScope staging(*this, {&outputs[0]}, kName);

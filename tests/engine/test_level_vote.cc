@@ -47,7 +47,9 @@ std::vector<int8_t> oracle(const std::vector<std::vector<int8_t>>& q) {
 
 TEST(LevelVote, EveryRankGetsTheSignOfTheInt32Sum) {
   for (int n : {1, 2, 3, 4, 5}) {
-    for (int s : {1, 127 / n}) {
+    // 127 at any N: the API allows it (the caller keeps sums in range), and at N = 4 the owner's counter
+    // needs planes_for(4 · 254) = 10 planes.
+    for (int s : {1, 127 / n, 127}) {
       for (size_t numel : {size_t(1), size_t(5), size_t(63), size_t(64), size_t(65), size_t(300), size_t(4099)}) {
         SCOPED_TRACE(::testing::Message() << n << " ranks, max level " << s << ", numel " << numel);
         const auto q = random_levels(n, numel, s, unsigned(97 * n + 13 * s) + unsigned(numel));
@@ -100,12 +102,23 @@ TEST(LevelVote, DifferentLevelsOnTheRanksFailOnEveryRank) {
   for (const auto& e : errors) EXPECT_NE(e.find("level_vote int8 numel 100 levels +-"), std::string::npos) << e;
 }
 
-TEST(LevelVote, RefusesALevelOutsideInt8) {
+TEST(LevelVote, RefusesALevelOutsideInt8OnEveryRank) {
   run_ranks(1, [](Communicator& comm) {
     std::vector<int8_t> q(10, 0);
     EXPECT_THROW(level_vote(comm, q.data(), q.size(), 128), InvalidArgument);
     EXPECT_THROW(level_vote(comm, q.data(), q.size(), 0), InvalidArgument);
   });
+  // Agreed but invalid: every rank raises. One rank invalid: the calls differ, a mismatch on every rank.
+  for (int other : {128, 31}) {
+    const auto errors = testing::run_ranks_collect_errors(3, [other](Communicator& comm) {
+      std::vector<int8_t> q(100, 0);
+      level_vote(comm, q.data(), q.size(), comm.rank() == 0 ? 128 : other);
+    });
+    for (const auto& e : errors) {
+      EXPECT_NE(e.find(other == 128 ? "max_level must be in [1, 127], got 128" : "levels +-128"), std::string::npos)
+          << e;
+    }
+  }
 }
 
 }  // namespace

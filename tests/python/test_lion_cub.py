@@ -173,8 +173,10 @@ def test_lion_cub_options_refuse_bad_combinations():
         pride.optim.DistributedLion(p, aggregation="int8", quantization="l2")
     with pytest.raises(TypeError, match="MomentumSync"):
         pride.optim.DistributedLion(p, momentum_sync={"every": 2})
-    with pytest.raises(ValueError, match="aggregation='levels' returns only the sign"):
+    with pytest.raises(ValueError, match="aggregation='levels' returns only the sign.*needs aggregation='int8'"):
         pride.optim.DistributedLion(p, aggregation="levels", mode="mean")
+    with pytest.raises(ValueError, match="needs aggregation='bits'"):
+        pride.optim.DistributedLion(p, aggregation="levels", mode="global")
 
 
 def _level_vote_worker(rank, world_size, store_path):

@@ -104,7 +104,8 @@ def level_vote(q, max_level, group=None, async_op=False):
 
     Every value must lie in [-max_level, max_level] (max_level in [1, 127]; ⌊127/N⌋ keeps any sum
     within int8), and the ranks must agree on ``q.numel()`` and ``max_level``: a violation raises on
-    every rank, naming the rank whose values are out of range. This is Lion Cub's quantized
+    every rank, naming the rank whose values are out of range (with PRIDE_CHECK_FINGERPRINT=0 only that
+    rank raises at once; the others time out waiting for it). This is Lion Cub's quantized
     aggregation with its sign applied (``DistributedLion(aggregation="levels")``): the same result as
     an int8 SUM allreduce followed by ``torch.sign``, at (N-1)/N · (planes + 2) bits per element, where
     planes = ceil(log2(2·max_level + 1)) (6 bits at N = 4, against the int8 ring's 12): each rank's

@@ -56,15 +56,17 @@ double level_vote_wire_bits(int size, int max_level) {
 
 void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
   const int n = comm.size(), r = comm.rank();
-  PRIDE_CHECK_ARG(max_level >= 1 && max_level <= 127,
-                  "pride level_vote (rank {}/{}): max_level must be in [1, 127], got {}", r, n, max_level);
-  const bool within = bits::levels_within(q, numel, max_level);
+  // Every check is made after the ranks compare their calls, so that all of them raise together.
+  const bool valid_level = max_level >= 1 && max_level <= 127;
+  const bool within = valid_level && bits::levels_within(q, numel, max_level);
   FirstOutOfRange bad(within ? INT32_MAX : r);
   Collective c = comm.begin("level_vote", "level_direct",
                             Fingerprint{0, kLevelVoteOp, uint32_t(bits::DType::kInt8), numel, uint64_t(max_level),
                                         &describe_call},
                             &bad.payload);
   if (!bad.payload.reduced) bad.rank = within ? INT32_MAX : r;  // no check ran: only this rank knows
+  PRIDE_CHECK_ARG(valid_level, "pride level_vote (rank {}/{}): max_level must be in [1, 127], got {}", r, n,
+                  max_level);
   PRIDE_CHECK_ARG(bad.rank == INT32_MAX,
                   "pride level_vote (rank {}/{}): rank {} has values outside [-{}, {}] (the sum of {} ranks "
                   "must stay within the levels it was given)",

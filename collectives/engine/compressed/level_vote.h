@@ -1,7 +1,7 @@
 // The level vote: every rank holds small signed integers q ∈ [−s, s] (int8), and every rank ends with
 // sign(Σ_ranks q) per element (−1, 0 or +1). Lion Cub's "p-bit allreduce" with its sign applied
 // (Ishikawa et al., arXiv 2411.16462; bindings/python/pride/optim/lion_cub.py): the same Δ that an int8
-// ring allreduce of q followed by sign() gives, at less than half its bytes.
+// ring allreduce of q followed by sign() gives, at (planes + 2)/16 of its bytes (below).
 //
 // On the direct algorithm's shape (like onebit_allreduce.h):
 //   1. each rank packs q + s as level_planes(s) bit planes (collectives/bits/levels.h), chunk by chunk;
@@ -12,7 +12,9 @@
 //   4. all-gather of the owners' two planes; every rank unpacks them into q.
 //
 // Per rank it sends (N−1)/N · (level_planes(s) + 2) bits per element: at N = 4 (s = 31, six planes)
-// 6 bits against the int8 ring's 2(N−1)/N · 8 = 12. Every rank's result is the same bits.
+// 6 bits against the int8 ring's 2(N−1)/N · 8 = 12: 9/16 of the ring's bytes at N = 2 and 3 (s = 63, 42:
+// seven planes), 8/16 at N = 4 to 7, less from N = 8 on, 4/16 for levels ±1. Every rank's result is the
+// same bits.
 #pragma once
 
 #include <cstddef>
@@ -23,9 +25,11 @@
 namespace pride {
 
 // In place on `q` (numel int8 values within [−max_level, max_level], max_level in [1, 127]); the ranks
-// must agree on numel and max_level (a MismatchError on every rank otherwise). A value out of range on
-// any rank is an InvalidArgument on every rank, naming that rank, before anything is sent (when the
-// fingerprint check runs; with PRIDE_CHECK_FINGERPRINT=0 only that rank raises).
+// must agree on numel and max_level (a MismatchError on every rank otherwise; an agreed max_level outside
+// [1, 127] is an InvalidArgument on every rank). A value out of range on any rank is an InvalidArgument on
+// every rank, naming that rank, before anything is sent. All of this rides on the fingerprint check: with
+// PRIDE_CHECK_FINGERPRINT=0 only the rank that sees the problem raises, and the others time out waiting
+// for its messages (a TimeoutError naming it).
 void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level);
 
 // Bits one rank sends per element: (N−1)/N · (level_planes(max_level) + 2), as a formula for tests and

@@ -67,11 +67,11 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     the same vote as the default 1-bit path, at 8 bits per element instead of ≤ 2) or "l1"/"l0"/"linf"
     (c scaled by its tensor's mean/geometric-mean/max magnitude to ⌊127/N⌋ levels: a vote weighted by
     magnitude) — is summed by an int8 ring allreduce and Δ = sign(sum) (or sum/N in mode "mean" with
-    "sign"). ``aggregation="levels"`` gives the same Δ bit for bit at half the bytes or less (mode "vote"
-    only): the levels travel as bit planes to owners that sum them with bit-sliced counters and send back
-    only the sign (pride.level_vote). ``momentum_sync=MomentumSync(every=K | doubling_k=k, until=None,
-    params=None)`` averages the chosen parameters' momenta over the ranks in float32 after the scheduled
-    steps.
+    "sign"). ``aggregation="levels"`` gives the same Δ bit for bit (mode "vote" only) at 9/16 of the int8
+    ring's bytes for 2-3 ranks, half for 4-7, less beyond, a quarter for "sign": the levels travel as bit
+    planes to owners that sum them with bit-sliced counters and send back only the sign
+    (pride.level_vote). ``momentum_sync=MomentumSync(every=K | doubling_k=k, until=None, params=None)``
+    averages the chosen parameters' momenta over the ranks in float32 after the scheduled steps.
 
     Uneven inputs: the optimizer is a Joinable. Under ``torch.distributed.algorithms.join.Join([ddp_model,
     opt])`` a rank that ran out of data shadows the others' steps: it abstains in every vote (a missing
@@ -104,7 +104,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                              "sum)")
         if aggregation == "levels" and mode != "vote":
             raise ValueError(f"DistributedLion: aggregation='levels' returns only the sign of the ranks' sum; "
-                             f"mode={mode!r} needs aggregation='int8'")
+                             f"mode={mode!r} needs " + ("aggregation='int8'" if mode == "mean" else
+                                                        "aggregation='bits' (G-Lion sends gradients)"))
         if aggregation == "int8" and mode == "global":
             raise ValueError("DistributedLion: aggregation='int8' sums the ranks' updates; mode='global' sends "
                              "gradients instead")

@@ -160,8 +160,8 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
     `scratch` (an Int8Scratch the caller keeps) holds the buffers from step to step."""
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     if world > 127:
-        raise ValueError(f"DistributedLion: aggregation='int8' sums one int8 per rank and holds at most 127 ranks, "
-                         f"this group has {world}; use aggregation='bits'")
+        raise ValueError(f"DistributedLion: aggregation='{aggregation}' sums one int8 per rank and holds at most 127 "
+                         f"ranks, this group has {world}; use aggregation='bits'")
     s = levels(world)
     device, dtype = params[0].device, params[0].dtype
     scratch = scratch if scratch is not None else Int8Scratch()
