@@ -498,8 +498,15 @@ Collective Communicator::begin(const std::string& name, const std::string& algor
   Collective c(*this, name, algorithm, fingerprint.sequence, Clock::now() + timeout_);
   if (size_ == 1 || !Settings::get().check_fingerprint) return c;
 
+  fingerprint_checks_.fetch_add(1, std::memory_order_relaxed);
   check_fingerprints(c, fingerprint, payload);
   return c;
+}
+
+Collective Communicator::begin_agreed(const std::string& name, const std::string& algorithm) {
+  PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
+                  size_, name, broken_reason_);
+  return Collective(*this, name, algorithm, ++sequence_, Clock::now() + timeout_);
 }
 
 namespace {

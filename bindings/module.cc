@@ -225,6 +225,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });
   m.def("reset_traffic", [](c10d::Backend& backend) { as_pride(backend).reset_traffic(); });
+  m.def("fingerprint_checks",
+        [](c10d::Backend& backend) { return as_pride(backend).communicator().fingerprint_checks(); });
   m.def("topology", [](c10d::Backend& backend) {
     const pride::Communicator& comm = as_pride(backend).communicator();
     py::dict d;

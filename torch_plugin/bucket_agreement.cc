@@ -59,6 +59,7 @@ namespace {
 // The header's fields, uint32 each, reduced with MAX.
 enum HeaderField : size_t {
   kDigestLow, kDigestHigh, kInvertedLow, kInvertedHigh,  // d and ~d in two halves each
+  kCallLow, kCallHigh, kCallInvertedLow, kCallInvertedHigh,  // the same for the call digest
   kWantsTernary, kLacksGrad, kCannotRevote, kLongestList, kHeaderFields
 };
 
@@ -83,6 +84,10 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
   header[kDigestHigh] = uint32_t(in.layout_digest >> 32);
   header[kInvertedLow] = ~header[kDigestLow];
   header[kInvertedHigh] = ~header[kDigestHigh];
+  header[kCallLow] = uint32_t(in.call_digest);
+  header[kCallHigh] = uint32_t(in.call_digest >> 32);
+  header[kCallInvertedLow] = ~header[kCallLow];
+  header[kCallInvertedHigh] = ~header[kCallHigh];
   header[kWantsTernary] = in.wants_ternary || lacks_grad ? 1 : 0;
   header[kLacksGrad] = lacks_grad ? 1 : 0;
   header[kCannotRevote] = in.can_revote ? 0 : 1;
@@ -93,6 +98,7 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
   // max(~h) = ~min(h): both halves of d came back intact only if every rank sent the same d
   out.layouts_agree = header[kDigestLow] == ~header[kInvertedLow] && header[kDigestHigh] == ~header[kInvertedHigh];
   if (!out.layouts_agree) return out;
+  out.calls_agree = header[kCallLow] == ~header[kCallInvertedLow] && header[kCallHigh] == ~header[kCallInvertedHigh];
   const uint32_t longest = header[kLongestList];
   const bool ternary = header[kWantsTernary] != 0 || (longest > 0 && header[kCannotRevote] != 0);
   out.votes = ternary ? VoteKind::kTernary : VoteKind::kBinary;

@@ -1,9 +1,12 @@
 // What the ranks agree on before one bucket of DistributedLion's votes travels (SPEC §2, "The optimizer
 // is exact by default"; docs/design.md, "Exact votes and missing gradients"). One MAX-allreduce of a
-// fixed 8 × uint32 header per bucket carries:
+// fixed 12 × uint32 header per bucket carries:
 //   - the layout digest (every parameter's shape, dtype and place, and the hyper-parameters), sent as d
 //     and ~d: under MAX both come back intact only if every rank sent the same d, so every rank learns
 //     at once that the ranks run different models (and the header's size never depends on the layout);
+//   - the same for a digest of the bucket's sign-allreduce call (its fingerprint for either vote kind,
+//     per-rank settings included): when the ranks agree, that call skips its own fingerprint check, one
+//     round of small messages fewer per bucket, which on a busy link wait behind the data in flight;
 //   - whether some rank needs ternary votes in this bucket: many elements that must abstain (exact
 //     votes: c == 0 or NaN, sign(0) = 0 as in plain Lion), or a tensor whose gradient it lacks (any vote
 //     kind: a rank that did not reach a branch abstains rather than voting);
@@ -50,6 +53,9 @@ void binary_as_ternary(uint64_t* pos, uint64_t* neg, size_t nwords, const WordRa
 // What this rank brings to one bucket's agreement.
 struct BucketInput {
   uint64_t layout_digest = 0;
+  // sign_call_digest of the bucket's sign-allreduce (either vote kind): when every rank sent the same,
+  // the call skips its own fingerprint check (SignOptions::call_agreed).
+  uint64_t call_digest = 0;
   bool wants_ternary = false;      // ternary votes: too many elements of this rank's bucket must abstain
   std::vector<uint8_t> has_grad;   // per tensor of the bucket, in order: 1 if this rank has its gradient
   // The elements of this rank's bucket that abstain (ascending, at most max_revote_list), when it can
@@ -60,6 +66,7 @@ struct BucketInput {
 
 struct BucketAgreement {
   bool layouts_agree = true;       // false: nothing else below is meaningful, and nothing may be sent
+  bool calls_agree = false;        // every rank sent the same call_digest
   VoteKind votes = VoteKind::kBinary;
   std::vector<uint8_t> any_grad;   // per tensor of the bucket: 1 if some rank has its gradient
   // Binary votes only: the union of every rank's abstaining elements, ascending, to re-vote as ternary

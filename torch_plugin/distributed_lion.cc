@@ -142,9 +142,13 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
     auto vote = [b, options, votes, voting = std::move(voting), nwords](Communicator* comm) {
       SignOptions o = options;
       if (comm != nullptr) {
+        b->input.call_digest = sign_call_digest(*comm, b->size, o, kSignInputOptimizerBucket);
         b->agreed = agree_on_bucket(*comm, b->input);
         if (!b->agreed.layouts_agree) return;
         o.votes = b->agreed.votes;
+        // Ranks that differ in a setting of the call (PRIDE_ALGO, ...) go through its own check, which
+        // names the difference on every rank.
+        o.call_agreed = b->agreed.calls_agree;
       } else {  // a world of one: its own view is everyone's
         b->agreed.any_grad = b->input.has_grad;
         o.votes = votes == LionVotes::kBinary ? VoteKind::kBinary : VoteKind::kTernary;

@@ -558,3 +558,51 @@ def _rank0_state_everywhere(rank, world, store_path):
 
 def test_one_ranks_state_loaded_everywhere_is_defined_and_noted():
     run(_rank0_state_everywhere, 2)
+
+
+def _bucket_calls_agreed(rank, world_size, store_path, differ):
+    import os
+
+    if differ and rank == 1:  # a per-rank setting the bucket's layout digest knows nothing of
+        os.environ["PRIDE_SEGMENT_BYTES"] = "4096"
+    init_group(rank, world_size, store_path)
+    import pride
+    from pride import _C
+    from pride.collectives import _pride_backend
+
+    backend = _pride_backend(None, "test")
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in (5000, 3000, 7000)]
+    opt = pride.optim.DistributedLion(params, lr=0.01, bucket_mb=0.01)  # 2560 elements a bucket: several
+    sign_algorithms = ("direct", "ring", "tree", "allgather", "hier")
+
+    def step(seed):
+        g = torch.Generator().manual_seed(seed + 10 * rank)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g)  # no exact zeros: no abstentions to re-vote
+        opt.step()
+
+    if differ:
+        # The digests differ, so the sign-allreduce runs its own check, which names the difference.
+        with pytest.raises(torch.distributed.DistBackendError, match="sign_allreduce.*segments of"):
+            step(0)
+        return
+    step(0)  # the first step also checks the optimizer's layout
+    for seed in (1, 2):
+        checks, calls = _C.fingerprint_checks(backend), pride.stats()["per_algorithm"]
+        step(seed)
+        after = pride.stats()["per_algorithm"]
+        sign_calls = sum(after.get(a, {}).get("calls", 0) - calls.get(a, {}).get("calls", 0) for a in sign_algorithms)
+        # One check per bucket, the agreement's (its header rides in it); the bucket's sign-allreduce
+        # skips its own. Without the call digest it would be two per bucket.
+        assert sign_calls >= 4 and _C.fingerprint_checks(backend) - checks == sign_calls, (sign_calls, checks)
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    everyone = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(everyone, flat)
+    assert all(torch.equal(everyone[0], x) for x in everyone), "replicas differ"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("differ", [False, True])
+def test_bucket_agreement_covers_the_sign_calls_own_check(differ):
+    run(_bucket_calls_agreed, 3, differ)

@@ -16,6 +16,7 @@
 #include "collectives/engine/sign/selector.h"
 #include "collectives/engine/sign/sign_algorithms.h"
 #include "collectives/engine/sign/sign_scratch.h"
+#include "collectives/engine/standard/common.h"
 
 namespace pride {
 namespace {
@@ -210,16 +211,43 @@ void run_hier_pipelined(Collective& c, SignResult& result, const uint64_t* votes
 // `planes_out`: where the result planes go (plan.result_planes × words_for(numel) words); null: into
 // the returned SignResult's own vector. `ops`: where the votes and result planes live (null: host
 // memory, the communicator's workspace); other memories take the direct algorithm only.
+// What every rank decides alone for a call, and what the ranks then compare: plan, algorithm, segments.
+struct SignCall {
+  SignPlan plan;
+  SignAlgorithm algorithm = SignAlgorithm::kAuto;
+  size_t segment_words = 1;
+  Fingerprint fingerprint;
+};
+
+SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOptions& options, uint32_t dtype_code) {
+  SignCall call;
+  call.plan = SignPlan::make(comm.size(), options.mode, options.votes);
+  call.algorithm = choose_sign_algorithm(comm, call.plan, numel, options);
+  call.plan.trit_results =
+      select_trit_results(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
+  // Large tensors go through in segments: bounded scratch memory per step, and each segment's
+  // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
+  // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
+  call.segment_words = std::max<size_t>(1, sign_segment_bytes(call.algorithm) / 8);
+  Fingerprint& fp = call.fingerprint;
+  fp.op = kSignAllreduceOp;
+  fp.dtype = dtype_code;
+  fp.numel = numel;
+  fp.describe = &describe_call;
+  fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(call.algorithm) << 16 |
+              uint64_t(call.segment_words) << 24 | (call.plan.trit_results ? kFingerprintTritResults : 0);
+  return call;
+}
+
 SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
                               uint32_t dtype_code, const SegmentHooks& hooks, uint64_t* planes_out,
                               PlaneOps* ops = nullptr) {
+  const SignCall call = plan_sign_call(comm, numel, options, dtype_code);
   SignResult result;
-  result.plan = SignPlan::make(comm.size(), options.mode, options.votes);
+  result.plan = call.plan;
   result.numel = numel;
   result.nwords = bits::words_for(numel);
-  result.algorithm = choose_sign_algorithm(comm, result.plan, numel, options);
-  result.plan.trit_results =
-      select_trit_results(result.plan, result.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
+  result.algorithm = call.algorithm;
   PRIDE_CHECK_ARG(ops == nullptr || result.algorithm == SignAlgorithm::kDirect,
                   "rank {}: sign_allreduce over a PlaneOps (device memory) runs the direct algorithm only, not {}",
                   comm.rank(), name(result.algorithm));
@@ -231,18 +259,9 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
     result.planes.resize(size_t(result.plan.result_planes) * result.nwords);  // every word is written
   }
 
-  Fingerprint fp;
-  fp.op = kSignAllreduceOp;
-  fp.dtype = dtype_code;
-  fp.numel = numel;
-  fp.describe = &describe_call;
-  // Large tensors go through in segments: bounded scratch memory per step, and each segment's
-  // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
-  // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
-  const size_t segment_words = std::max<size_t>(1, sign_segment_bytes(result.algorithm) / 8);
-  fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(result.algorithm) << 16 |
-              uint64_t(segment_words) << 24 | (result.plan.trit_results ? kFingerprintTritResults : 0);
-  Collective c = comm.begin("sign_allreduce", name(result.algorithm), fp);
+  const size_t segment_words = call.segment_words;
+  Collective c = options.call_agreed ? comm.begin_agreed("sign_allreduce", name(result.algorithm))
+                                     : comm.begin("sign_allreduce", name(result.algorithm), call.fingerprint);
 
   const uint32_t slots = sign_slots_per_segment(comm.size());
   std::vector<SegmentRange> segs;
@@ -289,6 +308,17 @@ void write_words(const SignResult& r, size_t first_word, size_t nwords, void* y,
 }  // namespace
 
 void SignResult::write(void* y, bits::DType dtype) const { write_words(*this, 0, nwords, y, dtype); }
+
+uint64_t sign_call_digest(const Communicator& comm, size_t numel, const SignOptions& options, uint32_t dtype_code) {
+  std::vector<size_t> words;  // both vote kinds' fingerprints, hashed like a size vector (FNV-1a)
+  for (VoteKind votes : {VoteKind::kBinary, VoteKind::kTernary}) {
+    SignOptions o = options;
+    o.votes = votes;
+    const Fingerprint fp = plan_sign_call(comm, numel, o, dtype_code).fingerprint;
+    words.insert(words.end(), {size_t(fp.op), size_t(fp.dtype), size_t(fp.numel), size_t(fp.detail)});
+  }
+  return standard::hash_sizes(words);
+}
 
 SignAlgorithm choose_sign_algorithm(const Communicator& comm, const SignPlan& plan, size_t numel,
                                     const SignOptions& options) {

@@ -17,6 +17,9 @@ struct SignOptions {
   SignMode mode = SignMode::kVote;
   VoteKind votes = VoteKind::kBinary;
   SignAlgorithm algorithm = SignAlgorithm::kAuto;  // kAuto: PRIDE_ALGO, else the cost model
+  // The caller compared this call's fingerprint on every rank already (sign_call_digest inside its own
+  // agreement): the call skips the communicator's check (Communicator::begin_agreed).
+  bool call_agreed = false;
 };
 
 // The result as planes (SignPlan's encoding): what the optimizer applies without unpacking.
@@ -46,6 +49,12 @@ SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size
 // words, plane-major), e.g. pinned host memory that a GPU copies from; the SignResult borrows them.
 SignResult sign_allreduce_planes(Communicator& comm, const uint64_t* votes, size_t numel, const SignOptions& options,
                                  uint32_t dtype_code, uint64_t* planes_out);
+
+// What a host call with these options would compare with the other ranks' (the fingerprint check), as
+// a 64-bit digest, for both vote kinds (options.votes is ignored): a caller that agrees on the vote kind
+// and on this digest in one exchange of its own may then set call_agreed. Covers every per-rank setting
+// that enters the fingerprint (PRIDE_ALGO, PRIDE_SEGMENT_BYTES, PRIDE_RESULT_CODING, the node map).
+uint64_t sign_call_digest(const Communicator& comm, size_t numel, const SignOptions& options, uint32_t dtype_code);
 
 // The algorithm a call with these options runs: options.algorithm, else PRIDE_ALGO, else the cost
 // model (selector.h). The same on every rank of a group.

@@ -63,6 +63,7 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
   SignOptions ternary_options = options;
   ternary_options.votes = VoteKind::kTernary;
   ternary_options.algorithm = SignAlgorithm::kAllgather;
+  ternary_options.call_agreed = false;  // the caller's digest covers the binary call above, not this one
   SignResult fix;
   if (m > 0) fix = sign_allreduce_planes(comm, votes_at.data(), m, ternary_options, dtype_code);
 
