@@ -87,13 +87,10 @@ void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
   const Range mine = chunk(W, n, r);
   const size_t message_words = P * mine.size;
   uint64_t* inbox = scratch(ws, kInbox, size_t(n) * message_words);
-  patterns::exchange_with_peers(
-      c, 0,
-      [&](int from) { return std::pair<void*, size_t>(inbox + size_t(from) * message_words, message_words * 8); },
-      [&](int to) {
-        const Range words = chunk(W, n, to);
-        return std::pair<const void*, size_t>(shards + P * words.begin, P * words.size * 8);
-      });
+  patterns::send_to_owners(c, 0, inbox, message_words * 8, [&](int to) {
+    const Range words = chunk(W, n, to);
+    return std::pair<const void*, size_t>(shards + P * words.begin, P * words.size * 8);
+  });
   std::memcpy(inbox + size_t(r) * message_words, shards + P * mine.begin, message_words * 8);
 
   // 3. The owner: U = Σ (q_i + s) in a counter wide enough for N·2s, then sign(U − N·s) as a +1 plane

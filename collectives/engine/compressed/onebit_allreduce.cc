@@ -70,13 +70,10 @@ void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel) {
   const Range mine = chunk(W, n, r), my_elements = elements_of(mine, numel);
   const size_t message_words = mine.size + 1;
   uint64_t* inbox = scratch(ws, kInbox, size_t(n) * message_words);
-  patterns::exchange_with_peers(
-      c, 0,
-      [&](int from) { return std::pair<void*, size_t>(inbox + size_t(from) * message_words, message_words * 8); },
-      [&](int to) {
-        const Range words = chunk(W, n, to);
-        return std::pair<const void*, size_t>(shards + message_offset(words, to), (words.size + 1) * 8);
-      });
+  patterns::send_to_owners(c, 0, inbox, message_words * 8, [&](int to) {
+    const Range words = chunk(W, n, to);
+    return std::pair<const void*, size_t>(shards + message_offset(words, to), (words.size + 1) * 8);
+  });
   std::memcpy(inbox + size_t(r) * message_words, shards + message_offset(mine, r), message_words * 8);
 
   // 3. The owner: average, server feedback, compression with the chunk's own scale.

@@ -31,4 +31,16 @@ void exchange_with_peers(Collective& c, uint32_t slot, Incoming incoming, Outgoi
   c.wait_all(requests);
 }
 
+// The scatter to chunk owners: every peer's message for this rank, all `message_bytes` long, lands in
+// `inbox` at its sender's index; outgoing(to) gives this rank's message for `to`'s chunk.
+template <class Outgoing>
+void send_to_owners(Collective& c, uint32_t slot, void* inbox, size_t message_bytes, Outgoing outgoing) {
+  exchange_with_peers(
+      c, slot,
+      [&](int from) {
+        return std::pair<void*, size_t>(static_cast<char*>(inbox) + size_t(from) * message_bytes, message_bytes);
+      },
+      outgoing);
+}
+
 }  // namespace pride::patterns
