@@ -26,6 +26,7 @@
 
 #include "collectives/bits/compressed_adam.h"
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/levels.h"
 #include "collectives/bits/onebit.h"
 #include "collectives/bits/trits.h"
 
@@ -67,6 +68,7 @@ struct Buffers {
   std::vector<uint64_t> counter;  // 4 planes
   std::vector<uint64_t> counter2, pos, neg, tie;
   std::vector<uint8_t> trits;
+  std::vector<int8_t> levels;  // the level vote's values at N = 4: [-31, 31]
 
   explicit Buffers(size_t elements)
       : n(elements),
@@ -87,7 +89,8 @@ struct Buffers {
         pos(nwords),
         neg(nwords),
         tie(nwords),
-        trits(pride::bits::trits::bytes_for_words(nwords)) {
+        trits(pride::bits::trits::bytes_for_words(nwords)),
+        levels(elements) {
     std::mt19937_64 gen(1);
     std::normal_distribution<float> normal;
     for (size_t i = 0; i < n; ++i) {
@@ -99,6 +102,7 @@ struct Buffers {
       momentum[i] = 0.1f * normal(gen);
       variance[i] = 0.01f * f32[i] * f32[i];
     }
+    for (auto& v : levels) v = static_cast<int8_t>(int(gen() % 63) - 31);
     for (auto& w : votes) w = gen();
     for (auto& w : counter2) w = gen();
   }
@@ -140,6 +144,10 @@ std::vector<Kernel> kernels(Buffers& b) {
       // rank decodes when PRIDE_RESULT_CODING picks them. pos and tie as finalize leaves them.
       {"encode_trits", 0, Target::kRate, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
       {"decode_trits", 0, Target::kRate, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
+      // The level vote's packing (levels.h) at N = 4: 63 levels in 6 planes, into the vote planes.
+      {"levels_within s=31", n, Target::kBandwidth,
+       [&b, n] { volatile bool ok = levels_within(b.levels.data(), n, 31); (void)ok; }},
+      {"pack_levels s=31", n, Target::kBandwidth, [&b, n] { pack_levels(b.levels.data(), n, 31, b.votes.data()); }},
       // 1-bit Adam's compression (onebit.h), last because the feedback step writes the fp32 input.
       // A worker's part: y = x + error with Σ y², then signs and the new error; the owner's average
       // of 4 ranks' signs; the decompression.

@@ -175,6 +175,8 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
     def allreduce(t):
         return dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group, async_op=True) if world > 1 else None
 
+    signed = aggregation == "levels" and world > 1  # what comes back is sign(Σq) already
+
     def aggregate(q):  # a tensor's quantized c, in flight; what comes back is summed (int8) or signed (levels)
         if world == 1:
             return None
@@ -200,7 +202,8 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
         if anyone[i] == 0:
             return
         if mode == "vote":
-            delta = t_buf[:total.numel()].copy_(torch.sign(total, out=total))
+            # the level vote returned signs already (a world of one sends nothing: its q are levels)
+            delta = t_buf[:total.numel()].copy_(total if signed else torch.sign(total, out=total))
         else:
             delta = (total.float() / float(world)).to(p.dtype)
         if weight_decay != 0:
