@@ -11,6 +11,7 @@
 #include "torch_plugin/distributed_lion.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/compressed_adam_steps.h"
+#include "torch_plugin/lion_cub_steps.h"
 #ifdef PRIDE_WITH_CUDA_TENSORS
 #include "torch_plugin/distributed_lion_cuda.h"
 #endif
@@ -221,6 +222,42 @@ PYBIND11_MODULE(_C, m) {
       py::arg("weight_decay"), py::arg("step_size"), py::arg("bias_correction2_sqrt"), py::arg("bias_correction"),
       py::arg("mask_zero_variance"),
       "1-bit Adam's compressed step, second half, from the compressed allreduce's mean: momenta and parameters.");
+
+  // Lion Cub's fused CPU passes (collectives/bits/lion_cub.h), one parameter at a time.
+  m.def("lion_cub_fused_supported", &pride::torch_plugin::lion_cub_fused_supported, py::arg("param"), py::arg("grad"),
+        py::arg("momentum"),
+        "Whether Lion Cub's fused passes take these tensors: CPU, contiguous, float32 or bfloat16, one size.");
+  m.def(
+      "lion_cub_interpolate",
+      [](const at::Tensor& grad, const at::Tensor& momentum, double beta1, double beta2, const at::Tensor& c) {
+        py::gil_scoped_release release;
+        return pride::torch_plugin::lion_cub_interpolate(grad, momentum, beta1, beta2, c);
+      },
+      py::arg("grad"), py::arg("momentum"), py::arg("beta1"), py::arg("beta2"), py::arg("c"),
+      "c (float32) <- b1*m + (1-b1)*g with NaN made 0, m <- b2*m + (1-b2)*g; returns (sum |c| in double, max |c|).");
+  m.def(
+      "lion_cub_signs",
+      [](const at::Tensor& c, const at::Tensor& q) {
+        py::gil_scoped_release release;
+        pride::torch_plugin::lion_cub_signs(c, q);
+      },
+      py::arg("c"), py::arg("q"), "q (int8) <- sign(c).");
+  m.def(
+      "lion_cub_levels",
+      [](const at::Tensor& c, const at::Tensor& q, double scale, int64_t max_level) {
+        py::gil_scoped_release release;
+        pride::torch_plugin::lion_cub_levels(c, q, scale, max_level);
+      },
+      py::arg("c"), py::arg("q"), py::arg("scale"), py::arg("max_level"),
+      "q (int8) <- clamp(round(c / scale * max_level / 2), -max_level, max_level), in float32.");
+  m.def(
+      "lion_cub_apply_sign",
+      [](const at::Tensor& param, const at::Tensor& total, double lr, double weight_decay) {
+        py::gil_scoped_release release;
+        pride::torch_plugin::lion_cub_apply_sign(param, total, lr, weight_decay);
+      },
+      py::arg("param"), py::arg("total"), py::arg("lr"), py::arg("weight_decay"),
+      "param <- param * (1 - lr * weight_decay) - lr * sign(total), total the ranks' int8 sums.");
 
   m.def("is_pride_backend", [](c10d::Backend& backend) { return dynamic_cast<PrideBackend*>(&backend) != nullptr; });
   m.def("traffic", [](c10d::Backend& backend) { return traffic_dict(as_pride(backend).traffic()); });

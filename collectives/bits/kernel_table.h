@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/lion_cub.h"
 
 namespace pride::bits::detail {
 
@@ -104,6 +105,11 @@ struct KernelTable {
                                  const AdamApplyParams& a);
   // The level vote's planes (levels.h): `planes` = level_planes(max_level).
   void (*pack_levels)(const int8_t* q, size_t n, int max_level, int planes, uint64_t* out);
+  // Lion Cub's fused passes (lion_cub.h).
+  InterpolationStats (*lion_cub_interpolate[kNumDTypes])(const void* g, void* m, size_t n, const LionParams& p,
+                                                         float* c);
+  void (*lion_cub_levels)(const float* c, size_t n, float scale, int max_level, int8_t* q);
+  void (*lion_cub_apply_sign[kNumDTypes])(void* x, size_t n, const int8_t* total, const ApplyParams& a);
 };
 
 const KernelTable& portable_table();

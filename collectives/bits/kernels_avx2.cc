@@ -8,6 +8,7 @@
 #include "collectives/bits/kernel_table.h"
 #include "collectives/bits/levels_avx2.h"
 #include "collectives/bits/lion_avx2.h"
+#include "collectives/bits/lion_cub_impl.h"
 #include "collectives/bits/lion_impl.h"
 #include "collectives/bits/onebit_avx2.h"
 #include "collectives/bits/plane_stats.h"
@@ -49,6 +50,9 @@ const KernelTable& avx2_table() {
       {adam_momentum<F32>, adam_momentum<BF16>, adam_momentum<F16>, nullptr},
       {adam_apply<F32>, adam_apply<BF16>, adam_apply<F16>, nullptr},
       pack_levels_avx2,
+      {lion_cub_interpolate<F32>, lion_cub_interpolate<BF16>, nullptr, nullptr},  // float16: lion_cub.h
+      lion_cub_levels,
+      {lion_cub_apply_sign<F32>, lion_cub_apply_sign<BF16>, nullptr, nullptr},
   };
   return table;
 }

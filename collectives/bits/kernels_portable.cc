@@ -7,6 +7,7 @@
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
 #include "collectives/bits/levels_scalar.h"
+#include "collectives/bits/lion_cub_impl.h"
 #include "collectives/bits/lion_impl.h"
 #include "collectives/bits/onebit_scalar.h"
 #include "collectives/bits/plane_stats.h"
@@ -93,6 +94,9 @@ const KernelTable& portable_table() {
       {adam_momentum<F32>, adam_momentum<BF16>, adam_momentum<F16>, nullptr},
       {adam_apply<F32>, adam_apply<BF16>, adam_apply<F16>, nullptr},
       pack_levels_scalar,
+      {lion_cub_interpolate<F32>, lion_cub_interpolate<BF16>, nullptr, nullptr},  // float16: lion_cub.h
+      lion_cub_levels,
+      {lion_cub_apply_sign<F32>, lion_cub_apply_sign<BF16>, nullptr, nullptr},
   };
   return table;
 }

@@ -229,3 +229,76 @@ def _level_vote_worker(rank, world_size, store_path):
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_level_vote_is_the_sign_of_the_int32_sum(world_size):
     harness.run(_level_vote_worker, world_size)
+
+
+def _same(a, b):
+    """Equal values, NaN equal to NaN (payloads aside), as float32 compares them: every value of both dtypes
+    here is exact in float32."""
+    a, b = a.float(), b.float()
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _torch_interpolation(g, m, beta1, beta2):
+    """c and the new m as the torch path computes them, in the tensors' dtype."""
+    c = torch.mul(m, beta1).add_(torch.mul(g, 1 - beta1))
+    m_next = torch.mul(m, beta2).add_(torch.mul(g, 1 - beta2))
+    return c, m_next
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("quantization", ["sign", "l1", "l0", "linf"])
+def test_fused_cpu_passes_equal_torch_operations(dtype, quantization):
+    """The CPU's fused passes (collectives/bits/lion_cub.h) against torch's own operations on the same
+    data: c and m, q (for l1 with the scale as float64's mean of |c| rounded to float32, which the
+    fused pass computes where torch sums in float32), and the apply."""
+    from pride import _C
+    from pride.optim import lion_cub
+
+    gen = torch.Generator().manual_seed(17)
+    n, s = 10_007, 31
+    g = (torch.randn(n, generator=gen) * 1e-3).to(dtype)
+    m = (torch.randn(n, generator=gen) * 1e-3).to(dtype)
+    g[:5], m[:5] = 0.0, 0.0  # c = 0: abstains
+    g[5:8] = float("nan")  # c = NaN: abstains too
+    g[8] = 1e-3 * (torch.finfo(dtype).eps / 4)  # rounds away in c
+    assert lion_cub._fused_on(m, g, m)
+    want_c, want_m = _torch_interpolation(g, m, 0.9, 0.99)
+    want_c = torch.nan_to_num(want_c.float(), nan=0.0)
+
+    q, c32, m_fused = torch.empty(n, dtype=torch.int8), torch.empty(n), m.clone()
+    lion_cub._fused_quantize(g, m_fused, 0.9, 0.99, quantization, s, q, c32)
+    assert _same(m_fused, want_m), "momentum differs from torch's"
+    assert torch.equal(c32, want_c), "c differs from torch's"
+
+    if quantization == "l1":  # the scale: float64's mean of |c|, rounded to float32
+        scale = torch.tensor(np.abs(want_c.numpy().astype(np.float64)).mean(), dtype=torch.float32)
+        want_q = torch.div(want_c, scale).mul_(s / 2).round_().clamp_(-s, s).to(torch.int8)
+    else:
+        want_q = torch.empty(n, dtype=torch.int8)
+        lion_cub.quantize_(want_c.clone(), quantization, s, want_q, torch.empty(n))
+    assert torch.equal(q, want_q), f"q differs from torch's in {int((q != want_q).sum())} elements"
+    assert (q[:8] == 0).all()
+
+    # The apply: x·(1 − lr·λ) − lr·sign(Σq), as the torch path's mul_ and add_.
+    total = torch.randint(-100, 101, (n,), generator=gen, dtype=torch.int8)
+    x = torch.randn(n, generator=gen).to(dtype)
+    want_x = x.clone().mul_(1 - 3e-3 * 0.1).add_(torch.sign(total).to(dtype), alpha=-3e-3)
+    _C.lion_cub_apply_sign(x, total, 3e-3, 0.1)
+    assert _same(x, want_x), "the apply differs from torch's"
+
+
+def test_fused_cpu_passes_refuse_what_they_cannot_take():
+    from pride import _C
+    from pride.optim import lion_cub
+
+    x = torch.zeros(10)
+    assert not lion_cub._fused_on(x.half(), x.half(), x.half())  # float16 keeps torch's operations
+    assert not lion_cub._fused_on(x, torch.zeros(20)[::2], x)  # a strided gradient too
+    with pytest.raises(ValueError, match="contiguous CPU float32 or bfloat16"):
+        _C.lion_cub_interpolate(x.half(), x.half(), 0.9, 0.99, x)
+    with pytest.raises(ValueError, match="c must be a contiguous CPU Float tensor of 10 elements"):
+        _C.lion_cub_interpolate(x, x.clone(), 0.9, 0.99, torch.zeros(9))
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        _C.lion_cub_levels(x, torch.zeros(10, dtype=torch.int8), 0.0, 3)
+    with pytest.raises(ValueError, match="max_level must be in"):
+        _C.lion_cub_levels(x, torch.zeros(10, dtype=torch.int8), 1.0, 128)

@@ -18,11 +18,17 @@ per element (6 at N = 4 against the ring's 12). Vote mode only: the sum itself n
                         never sent: a vote weighted by each rank's relative magnitudes (Lion Cub's
                         lioncub_8bit_l1); "l0" uses the geometric mean of |c|, "linf" max|c|.
 
+On the CPU (float32 and bfloat16) the local arithmetic runs as three fused passes (collectives/bits/lion_cub.h: c and m with
+Σ|c| and max|c|, then q, then the apply) instead of about ten torch operations; the "l1" scale is then
+Σ|c| summed in double over n, rounded to float32 (torch's float32 mean can differ from it in the last
+bit), every other operation is the torch code's, bit for bit. CUDA tensors keep the torch operations.
+
 Momentum synchronisation (``MomentumSync``): after the step, on the scheduled steps, the selected
 parameters' momenta are averaged over the ranks in float32 (an allreduce), as the code's sync_exp_avg.
 """
 
 import math
+import struct
 from dataclasses import dataclass, field
 
 import torch
@@ -65,6 +71,43 @@ def quantize_(c, quantization, s, q, scratch):
         return
     torch.div(c, scale, out=c).mul_(s / 2).round_().clamp_(-s, s)
     q.copy_(c)
+
+
+def _float32(x):
+    """x rounded to float32, as a python float."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32):
+    """The CPU's fused passes (collectives/bits/lion_cub.h) for one tensor: c and m, then q. c32 is a float32
+    buffer of the tensor's size."""
+    from .. import _C
+
+    abs_sum, abs_max = _C.lion_cub_interpolate(g, m, beta1, beta2, c32)
+    if quantization == "sign":
+        _C.lion_cub_signs(c32, q)
+        return
+    if quantization == "l1":
+        scale = _float32(abs_sum / c32.numel())
+    elif quantization == "linf":
+        scale = abs_max
+    else:  # "l0": the geometric mean through torch, on the float32 c the first pass left
+        scratch = torch.abs(c32)
+        scale = float(torch.exp(scratch.add_(1e-12).log_().mean()))
+    if not scale > 0:  # every element 0 (or too small for float32): nothing to say
+        q.zero_()
+        return
+    _C.lion_cub_levels(c32, q, scale, s)
+
+
+_FUSED_DTYPES = (torch.float32, torch.bfloat16)  # float16 keeps torch's operations (lion_cub.h says why)
+
+
+def _fused_on(*tensors):
+    """Whether the CPU's fused passes take these tensors (lion_cub_steps.h)."""
+    from .. import _C
+
+    return tensors[0].device.type == "cpu" and _C.lion_cub_fused_supported(*tensors)
 
 
 class Int8Scratch:
@@ -150,14 +193,17 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
               piece_elements=1 << 22, scratch=None, aggregation="int8"):
     """One Distributed Lion step over the p-bit allreduce: the int8 ring's sum (``aggregation="int8"``) or
     its sign by pride.level_vote (``"levels"``, mode "vote"; the same Δ bit for bit). The arithmetic is the fused
-    kernels' (lion_impl.h), written as torch operations: c and m in the parameter's dtype, one
-    rounding per operation; x ← x·(1 − lr·λ) − lr·Δ. A parameter whose grad is None on this rank sends
+    kernels' (lion_impl.h): c and m in the parameter's dtype, one rounding per operation;
+    x ← x·(1 − lr·λ) − lr·Δ. On the CPU Lion Cub's own fused passes compute it (lion_cub.h), elsewhere torch
+    operations. A parameter whose grad is None on this rank sends
     zeros (abstains) and keeps its momentum; one with no gradient anywhere takes no step.
 
     Overlapped: each tensor's q goes out as soon as it is quantized, in allreduces of at most
     `piece_elements`, while the next tensor is quantized; a tensor is applied once its sums are back,
     while later tensors are on the wire. The sums are per element, so the pieces change no bit.
     `scratch` (an Int8Scratch the caller keeps) holds the buffers from step to step."""
+    from .. import _C
+
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     if world > 127:
         raise ValueError(f"DistributedLion: aggregation='{aggregation}' sums one int8 per rank and holds at most 127 "
@@ -167,10 +213,11 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
     scratch = scratch if scratch is not None else Int8Scratch()
     largest = max(p.numel() for p in params)
     flat_q = scratch.get("q", sum(p.numel() for p in params), torch.int8, device)
-    c_buf = scratch.get("c", largest, dtype, device)
     t_buf = scratch.get("t", largest, dtype, device)
     # quantize_'s float32 scratch: for float32 parameters t_buf, free by then; others need their own.
     f32_buf = scratch.get("f32", largest, torch.float32, device) if dtype != torch.float32 else None
+    # The fused passes' float32 c (CPU): t_buf for float32 parameters, else f32_buf.
+    c32_buf = t_buf if dtype == torch.float32 else f32_buf
 
     def allreduce(t):
         return dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group, async_op=True) if world > 1 else None
@@ -201,6 +248,10 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
         p = params[i]
         if anyone[i] == 0:
             return
+        if mode == "vote" and p.device.type == "cpu" and p.is_contiguous() and p.dtype in _FUSED_DTYPES:
+            # x·(1 − lr·λ) − lr·sign(Σq) in one pass (a sum or, from the level vote, its sign already)
+            _C.lion_cub_apply_sign(p.view(-1), total, lr, weight_decay)
+            return
         if mode == "vote":
             # the level vote returned signs already (a world of one sends nothing: its q are levels)
             delta = t_buf[:total.numel()].copy_(total if signed else torch.sign(total, out=total))
@@ -217,9 +268,11 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
         offset += n
         if g is None:
             q.zero_()
+        elif _fused_on(p, g, m):
+            _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32_buf[:n])
         else:
             g = g.reshape(-1)
-            c, t = c_buf[:n], t_buf[:n]
+            c, t = scratch.get("c", largest, dtype, device)[:n], t_buf[:n]
             torch.mul(m.reshape(-1), beta1, out=c).add_(torch.mul(g, 1 - beta1, out=t))
             m.mul_(beta2).add_(torch.mul(g, 1 - beta2, out=t).view_as(m))
             quantize_(c, quantization, s, q, t if f32_buf is None else f32_buf[:n])
