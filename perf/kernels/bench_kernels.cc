@@ -27,6 +27,7 @@
 #include "collectives/bits/compressed_adam.h"
 #include "collectives/bits/kernels.h"
 #include "collectives/bits/levels.h"
+#include "collectives/bits/lion_cub.h"
 #include "collectives/bits/onebit.h"
 #include "collectives/bits/trits.h"
 
@@ -186,6 +187,16 @@ std::vector<Kernel> kernels(Buffers& b) {
       {"1-bit Adam apply", 4 * n, Target::kNone, [&b, n] {
          onebit_adam_apply(b.flat.data(), b.variance.data(), b.momentum.data(), b.f32.data(), DType::kFloat32, n, {});
        }, 5},
+      // Lion Cub's fused CPU step (lion_cub.h) on fp32: the interpolation reads g (out_f32) and m and writes
+      // m and c (flat), 4 streams; the levels read c and write int8 q (levels); the apply reads the int8
+      // sums (levels) and p (f32) and writes p. Last: they overwrite the level vote's values.
+      {"lion_cub interpolate fp32", 4 * n, Target::kNone, [&b, n] {
+         (void)lion_cub_interpolate(b.out_f32.data(), b.momentum.data(), DType::kFloat32, n, 0.9, 0.99, b.flat.data());
+       }, 4},
+      {"lion_cub levels s=31", 4 * n, Target::kBandwidth,
+       [&b, n] { lion_cub_levels(b.flat.data(), n, 0.1f, 31, b.levels.data()); }},
+      {"lion_cub apply_sign fp32", 4 * n, Target::kBandwidth,
+       [&b, n] { lion_cub_apply_sign(b.f32.data(), DType::kFloat32, n, b.levels.data(), 1e-4, 0.1); }},
   };
 }
 
