@@ -247,7 +247,8 @@ def _torch_interpolation(g, m, beta1, beta2):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("quantization", ["sign", "l1", "l0", "linf"])
-def test_fused_cpu_passes_equal_torch_operations(dtype, quantization):
+@pytest.mark.parametrize("infinite", [False, True])
+def test_fused_cpu_passes_equal_torch_operations(dtype, quantization, infinite):
     """The CPU's fused passes (collectives/bits/lion_cub.h) against torch's own operations on the same
     data: c and m, q (for l1 with the scale as float64's mean of |c| rounded to float32, which the
     fused pass computes where torch sums in float32), and the apply."""
@@ -261,9 +262,11 @@ def test_fused_cpu_passes_equal_torch_operations(dtype, quantization):
     g[:5], m[:5] = 0.0, 0.0  # c = 0: abstains
     g[5:8] = float("nan")  # c = NaN: abstains too
     g[8] = 1e-3 * (torch.finfo(dtype).eps / 4)  # rounds away in c
+    if infinite:  # the scale is then infinite too (but for l0): finite c send 0, and inf/inf (NaN) sends 0
+        g[9], g[10] = float("inf"), float("-inf")
     assert lion_cub._fused_on(m, g, m)
     want_c, want_m = _torch_interpolation(g, m, 0.9, 0.99)
-    want_c = torch.nan_to_num(want_c.float(), nan=0.0)
+    want_c = torch.nan_to_num(want_c.float(), nan=0.0, posinf=float("inf"), neginf=float("-inf"))
 
     q, c32, m_fused = torch.empty(n, dtype=torch.int8), torch.empty(n), m.clone()
     lion_cub._fused_quantize(g, m_fused, 0.9, 0.99, quantization, s, q, c32)
@@ -272,7 +275,7 @@ def test_fused_cpu_passes_equal_torch_operations(dtype, quantization):
 
     if quantization == "l1":  # the scale: float64's mean of |c|, rounded to float32
         scale = torch.tensor(np.abs(want_c.numpy().astype(np.float64)).mean(), dtype=torch.float32)
-        want_q = torch.div(want_c, scale).mul_(s / 2).round_().clamp_(-s, s).to(torch.int8)
+        want_q = torch.div(want_c, scale).mul_(s / 2).round_().clamp_(-s, s).nan_to_num_(nan=0.0).to(torch.int8)
     else:
         want_q = torch.empty(n, dtype=torch.int8)
         lion_cub.quantize_(want_c.clone(), quantization, s, want_q, torch.empty(n))
@@ -302,3 +305,28 @@ def test_fused_cpu_passes_refuse_what_they_cannot_take():
         _C.lion_cub_levels(x, torch.zeros(10, dtype=torch.int8), 0.0, 3)
     with pytest.raises(ValueError, match="max_level must be in"):
         _C.lion_cub_levels(x, torch.zeros(10, dtype=torch.int8), 1.0, 128)
+
+
+def test_fused_cpu_passes_do_not_depend_on_the_thread_count():
+    """Several chunks of 2^16 elements on torch's threads: c, m, the l1 scale and q are the same with one
+    thread as with two; an empty tensor is a no-op."""
+    from pride.optim import lion_cub
+
+    gen = torch.Generator().manual_seed(23)
+    n = 300_001
+    g, m0 = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    results = []
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            m, q, c = m0.clone(), torch.empty(n, dtype=torch.int8), torch.empty(n)
+            lion_cub._fused_quantize(g, m, 0.9, 0.99, "l1", 31, q, c)
+            results.append((m, q, c))
+    finally:
+        torch.set_num_threads(saved)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    assert results[0][1].abs().max() > 1  # real levels, not only signs
+    empty = torch.empty(0)
+    lion_cub._fused_quantize(empty, empty.clone(), 0.9, 0.99, "l1", 31, torch.empty(0, dtype=torch.int8), empty.clone())

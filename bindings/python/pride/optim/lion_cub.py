@@ -20,8 +20,10 @@ per element (6 at N = 4 against the ring's 12). Vote mode only: the sum itself n
 
 On the CPU (float32 and bfloat16) the local arithmetic runs as three fused passes (collectives/bits/lion_cub.h: c and m with
 Σ|c| and max|c|, then q, then the apply) instead of about ten torch operations; the "l1" scale is then
-Σ|c| summed in double over n, rounded to float32 (torch's float32 mean can differ from it in the last
-bit), every other operation is the torch code's, bit for bit. CUDA tensors keep the torch operations.
+Σ|c| summed in double over n, rounded to float32 (torch's float32 mean can differ from it by a few ulps
+at millions of elements, and overflows where the double sum does not), every other operation is the
+torch code's, bit for bit. The passes run on torch's intra-op threads. CUDA tensors and float16
+parameters keep the torch operations.
 
 Momentum synchronisation (``MomentumSync``): after the step, on the scheduled steps, the selected
 parameters' momenta are averaged over the ranks in float32 (an allreduce), as the code's sync_exp_avg.
@@ -69,7 +71,8 @@ def quantize_(c, quantization, s, q, scratch):
     if not scale > 0:  # every element 0: nothing to say
         q.zero_()
         return
-    torch.div(c, scale, out=c).mul_(s / 2).round_().clamp_(-s, s)
+    # NaN (an infinite c over an infinite scale) sends 0: a float NaN has no defined int8 value.
+    torch.div(c, scale, out=c).mul_(s / 2).round_().clamp_(-s, s).nan_to_num_(nan=0.0)
     q.copy_(c)
 
 
@@ -78,11 +81,13 @@ def _float32(x):
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-def _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32):
+def _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32, scratch=None):
     """The CPU's fused passes (collectives/bits/lion_cub.h) for one tensor: c and m, then q. c32 is a float32
-    buffer of the tensor's size."""
+    buffer of the tensor's size; "l0" also takes `scratch`, another (a new one when None)."""
     from .. import _C
 
+    if c32.numel() == 0:
+        return
     abs_sum, abs_max = _C.lion_cub_interpolate(g, m, beta1, beta2, c32)
     if quantization == "sign":
         _C.lion_cub_signs(c32, q)
@@ -92,8 +97,8 @@ def _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32):
     elif quantization == "linf":
         scale = abs_max
     else:  # "l0": the geometric mean through torch, on the float32 c the first pass left
-        scratch = torch.abs(c32)
-        scale = float(torch.exp(scratch.add_(1e-12).log_().mean()))
+        magnitude = torch.abs(c32, out=scratch) if scratch is not None else torch.abs(c32)
+        scale = float(torch.exp(magnitude.add_(1e-12).log_().mean()))
     if not scale > 0:  # every element 0 (or too small for float32): nothing to say
         q.zero_()
         return
@@ -269,7 +274,8 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
         if g is None:
             q.zero_()
         elif _fused_on(p, g, m):
-            _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32_buf[:n])
+            l0_scratch = scratch.get("l0", largest, torch.float32, device)[:n] if quantization == "l0" else None
+            _fused_quantize(g, m, beta1, beta2, quantization, s, q, c32_buf[:n], l0_scratch)
         else:
             g = g.reshape(-1)
             c, t = scratch.get("c", largest, dtype, device)[:n], t_buf[:n]
