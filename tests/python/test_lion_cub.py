@@ -330,3 +330,39 @@ def test_fused_cpu_passes_do_not_depend_on_the_thread_count():
     assert results[0][1].abs().max() > 1  # real levels, not only signs
     empty = torch.empty(0)
     lion_cub._fused_quantize(empty, empty.clone(), 0.9, 0.99, "l1", 31, torch.empty(0, dtype=torch.int8), empty.clone())
+
+
+@pytest.mark.parametrize("quantization,mode", [("sign", "vote"), ("sign", "mean"), ("l0", "vote"), ("linf", "vote")])
+def test_one_rank_step_fused_equals_the_torch_path(monkeypatch, quantization, mode):
+    """DistributedLion's whole int8 step in one process (no group), float32 and bfloat16 parameters, one
+    without a gradient: the fused passes against the same step with them switched off. ("l1"'s scale is
+    summed differently on the two paths, test_fused_cpu_passes_equal_torch_operations covers it.)"""
+    import pride
+    from pride.optim import lion_cub
+
+    gen = torch.Generator().manual_seed(31)
+    shapes = [(300, 7), (5,), (4099,)]
+    start = [torch.randn(s, generator=gen).to(dt) for s in shapes for dt in (torch.float32, torch.bfloat16)]
+    fused = [torch.nn.Parameter(t.clone()) for t in start]
+    plain = [torch.nn.Parameter(t.clone()) for t in start]
+    kw = dict(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1, mode=mode, aggregation="int8", quantization=quantization)
+    opt_fused, opt_plain = pride.optim.DistributedLion(fused, **kw), pride.optim.DistributedLion(plain, **kw)
+    calls = []
+    original = lion_cub._fused_quantize
+    monkeypatch.setattr(lion_cub, "_fused_quantize", lambda *a, **k: calls.append(1) or original(*a, **k))
+    for step in range(4):
+        for i, (a, b) in enumerate(zip(fused, plain)):
+            g = torch.randn(a.shape, generator=gen).to(a.dtype)
+            g.view(-1)[:3] = 0.0
+            a.grad, b.grad = (None, None) if (i + step) % 5 == 0 else (g, g.clone())
+        opt_fused.step()
+        with monkeypatch.context() as m:
+            m.setattr(lion_cub, "_fused_on", lambda *tensors: False)
+            m.setattr(lion_cub, "_FUSED_DTYPES", ())
+            opt_plain.step()
+        for i, (a, b) in enumerate(zip(fused, plain)):
+            assert torch.equal(a, b), f"step {step}, tensor {i} ({a.dtype}): the fused step differs"
+            sa, sb = opt_fused.state[a], opt_plain.state[b]
+            assert ("exp_avg" in sa) == ("exp_avg" in sb)
+            assert "exp_avg" not in sa or torch.equal(sa["exp_avg"], sb["exp_avg"])
+    assert calls, "the fused passes never ran"
