@@ -12,7 +12,6 @@
 namespace pride::torch_plugin {
 namespace {
 
-// float16 keeps torch's operations (collectives/bits/lion_cub.h says why).
 // Elements per task on torch's intra-op threads (the threads its own operations would use), and the
 // unit in which Σ|c| is summed: each chunk's eight lanes (lion_cub.h), then the chunks' sums in chunk
 // order, so that the scale does not depend on how many threads ran.
@@ -26,6 +25,7 @@ void for_each_chunk(int64_t n, const Fn& fn) {
   });
 }
 
+// float16 keeps torch's operations (collectives/bits/lion_cub.h says why).
 bool float_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; }
 
 bool cpu_contiguous(const at::Tensor& t) {

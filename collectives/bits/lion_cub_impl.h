@@ -10,19 +10,17 @@
 #include "collectives/bits/element_traits.h"
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
+#include "collectives/bits/lion_impl.h"
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
 constexpr size_t kAbsLanes = 8;
 
-// c of element i (NaN made 0), m[i] updated: lion_vote's arithmetic (lion_impl.h).
+// c of element i (NaN made 0: it abstains), m[i] updated: lion_vote's arithmetic (lion_impl.h).
 template <class Tr>
 inline float lion_cub_element(const typename Tr::T* __restrict__ g, typename Tr::T* __restrict__ m, size_t i,
                               float b1, float omb1, float b2, float omb2) {
-  auto round = [](float f) { return Tr::to_f32(Tr::from_f32(f)); };
-  const float gi = Tr::to_f32(g[i]), mi = Tr::to_f32(m[i]);
-  const float c = round(round(mi * b1) + round(gi * omb1));
-  m[i] = Tr::from_f32(round(mi * b2) + round(gi * omb2));
+  const float c = lion_interpolate<Tr>(g, m, i, b1, omb1, b2, omb2);
   return c == c ? c : 0.0f;
 }
 

@@ -17,20 +17,27 @@
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
+// c of element i, and m[i] updated, each product and sum rounded to the dtype: the one arithmetic of
+// Lion's local step, which lion_vote and Lion Cub's interpolation (lion_cub_impl.h) share.
+template <class Tr>
+inline float lion_interpolate(const typename Tr::T* g, typename Tr::T* m, size_t i, float b1, float omb1, float b2,
+                              float omb2) {
+  auto round = [](float f) { return Tr::to_f32(Tr::from_f32(f)); };
+  const float gi = Tr::to_f32(g[i]), mi = Tr::to_f32(m[i]);
+  m[i] = Tr::from_f32(round(mi * b2) + round(gi * omb2));
+  return round(round(mi * b1) + round(gi * omb1));
+}
+
 template <class Tr>
 void lion_vote(const void* gv, void* mv, size_t n, const LionParams& p, uint64_t* pos, uint64_t* neg) {
   const auto* g = static_cast<const typename Tr::T*>(gv);
   auto* m = static_cast<typename Tr::T*>(mv);
-  auto round = [](float f) { return Tr::to_f32(Tr::from_f32(f)); };
   for (size_t base = 0; base < n; base += 64) {
     const size_t count = n - base < 64 ? n - base : 64;
     // Arithmetic first, in a branch-free loop the compiler vectorizes; then the bits.
     float c[64];
     for (size_t i = 0; i < count; ++i) {
-      const float gi = Tr::to_f32(g[base + i]);
-      const float mi = Tr::to_f32(m[base + i]);
-      c[i] = round(round(mi * p.beta1) + round(gi * p.one_minus_beta1));
-      m[base + i] = Tr::from_f32(round(mi * p.beta2) + round(gi * p.one_minus_beta2));
+      c[i] = lion_interpolate<Tr>(g, m, base + i, p.beta1, p.one_minus_beta1, p.beta2, p.one_minus_beta2);
     }
     uint64_t up = 0, down = 0;
     for (size_t i = 0; i < count; ++i) {
