@@ -5,14 +5,23 @@
 # machine with network access (bash scripts/fetch_device_files.sh) and bring it along.
 #
 #   bash scripts/device_test.sh [--files DIR] [--out DIR] [--jobs N] [--suite all|ctest|pytest|gpu]
-#                               [--bench] [--ctest-regex R] [--pytest-k EXPR]
+#                               [--bench | --bench-quick] [--ctest-regex R] [--pytest-k EXPR]...
+#                               [--workers N] [--budget SECONDS]
 #
 #   --files DIR     wheels to install (default .whl): libucx-cu13, lion-pytorch, expecttest
 #   --out DIR       where the logs and the summary go (default $OUT when set, else build/device-results)
 #   --suite S       all (default), ctest, pytest, or gpu (only the tests labelled/marked gpu)
 #   --bench         also run the GPU benchmarks (scripts/device_bench.sh) after the tests
-# Exit status: 0 when every suite that ran passed. The summary (date, commit, machine, pass/fail
-# counts) is written to OUT/summary.md for docs/device-runs.md.
+#   --bench-quick   the same on 20M parameters instead of 350M (minutes less)
+#   --pytest-k EXPR select pytest tests; give it several times for several pytest runs, in that order
+#   --workers N     pytest-xdist workers (default: cores / 4)
+#   --budget S      the whole run's wall-clock limit: every phase runs under a timeout of what is left
+#                   (20 s kept for the summary), a phase that cannot start in time is reported as
+#                   skipped. Use it under the device tool's per-call limit, so that the summary and
+#                   the logs of a cut-short run still come back.
+# Exit status: 0 when every suite that ran passed (a phase cut short or skipped by the budget fails).
+# The summary (date, commit, machine, pass/fail counts, phase times) is written to OUT/summary.md,
+# line by line as the phases end, for docs/device-runs.md.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -22,7 +31,10 @@ JOBS="$(nproc)"
 SUITE=all
 BENCH=0
 CTEST_REGEX=""
-PYTEST_K=""
+PYTEST_KS=()
+WORKERS=""
+BUDGET=0
+QUICK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --files) FILES="$2"; shift 2 ;;
@@ -30,13 +42,18 @@ while [ $# -gt 0 ]; do
     --jobs) JOBS="$2"; shift 2 ;;
     --suite) SUITE="$2"; shift 2 ;;
     --bench) BENCH=1; shift ;;
+    --bench-quick) BENCH=1; QUICK=1; shift ;;
     --ctest-regex) CTEST_REGEX="$2"; shift 2 ;;
-    --pytest-k) PYTEST_K="$2"; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --pytest-k) PYTEST_KS+=("$2"); shift 2 ;;
+    --workers) WORKERS="$2"; shift 2 ;;
+    --budget) BUDGET="$2"; shift 2 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "device_test: unknown option $1 (see --help)"; exit 2 ;;
   esac
 done
 case "$SUITE" in all|ctest|pytest|gpu) ;; *) echo "device_test: --suite must be all, ctest, pytest or gpu"; exit 2 ;; esac
+[[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "device_test: --budget takes whole seconds, not '$BUDGET'"; exit 2; }
+[ -z "$WORKERS" ] || [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || { echo "device_test: --workers takes a positive count, not '$WORKERS'"; exit 2; }
 mkdir -p "$RESULTS"
 PY="${PRIDE_PY:-python3}"
 SITE="${PRIDE_DEVICE_SITE:-/tmp/pride-site}"
@@ -44,6 +61,8 @@ BUILD="${PRIDE_DEVICE_BUILD:-build/device}"
 summary="$RESULTS/summary.md"
 t0=$(date +%s)
 say() { echo "[device_test $(( $(date +%s) - t0 ))s] $*"; }
+BUDGET_SECONDS="$BUDGET" BUDGET_SUMMARY="$summary"
+. scripts/phase_budget.sh  # within LABEL CMD...: CMD under what is left of --budget
 
 {
   echo "# device_test.sh run"
@@ -69,7 +88,7 @@ echo "- UCX: libucx-cu13 $("$PY" -c 'import importlib.metadata as m; print(m.ver
 
 # 2. Build: the Python package into the same site folder, tests and perf tools in $BUILD.
 say "building (build tree $BUILD, $JOBS jobs)"
-if ! CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "$PY" -m pip install -q --no-build-isolation --no-deps --no-cache-dir \
+if ! CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" within build "$PY" -m pip install -q --no-build-isolation --no-deps --no-cache-dir \
     --target "$SITE" --upgrade -C build-dir="$BUILD" -C cmake.define.PRIDE_UCX=wheel \
     -C cmake.define.PRIDE_BUILD_TESTS=ON -C cmake.define.PRIDE_BUILD_PERF=ON \
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . >"$RESULTS/build.log" 2>&1; then
@@ -88,38 +107,53 @@ if [ "$SUITE" = all ] || [ "$SUITE" = ctest ] || [ "$SUITE" = gpu ]; then
   [ "$SUITE" = gpu ] && args+=(-L gpu)
   [ -n "$CTEST_REGEX" ] && args+=(-R "$CTEST_REGEX")
   say "ctest ${args[*]}"
-  ctest "${args[@]}" >"$RESULTS/ctest.log" 2>&1
+  phase_t=$(date +%s)
+  within ctest ctest "${args[@]}" >"$RESULTS/ctest.log" 2>&1
   rc=$?
   grep -E "tests passed|tests failed|Total Test time" "$RESULTS/ctest.log"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$RESULTS/ctest.log" || true
-  echo "- ctest: $(grep -E 'tests passed|tests failed' "$RESULTS/ctest.log" | tail -1) (exit $rc)" >>"$summary"
+  echo "- ctest: $(grep -E 'tests passed|tests failed' "$RESULTS/ctest.log" | tail -1) (exit $rc, $(( $(date +%s) - phase_t )) s)" >>"$summary"
   grep -E "^\s+[0-9]+ - " "$RESULTS/ctest.log" | grep -v "(Skipped)" | sed 's/^/  - failed: /' >>"$summary" || true
   grep -E "^\s+[0-9]+ - .*\(Skipped\)" "$RESULTS/ctest.log" | sed 's/^/  - skipped: /' >>"$summary" || true
   [ $rc -eq 0 ] || status=1
 fi
 
-# 4. pytest (the torch backend, DistributedLion, CUDA tensors, demo).
+# 4. pytest (the torch backend, DistributedLion, CUDA tensors, demo): one run per --pytest-k, in the
+# order given (the riskiest first when device time is short), or one run of everything.
 if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
-  args=(-q -p no:cacheprovider --junitxml="$RESULTS/pytest.xml" tests/python)
-  # Every multi-process test spawns ranks that import the CUDA torch (seconds each): run tests side by
-  # side where pytest-xdist is installed (the GPU image has it); tests marked xdist_group (the NCCL
-  # ones) run one after another in one worker.
-  if "$PY" -c "import xdist" 2>/dev/null; then args+=(-n "$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))" --dist loadgroup); fi
-  [ "$SUITE" = gpu ] && args+=(-m gpu)
-  [ -n "$PYTEST_K" ] && args+=(-k "$PYTEST_K")
-  say "pytest ${args[*]}"
-  PYTHONUNBUFFERED=1 "$PY" -m pytest "${args[@]}" >"$RESULTS/pytest.log" 2>&1
-  rc=$?
-  tail -3 "$RESULTS/pytest.log"
-  grep -E "^(FAILED|ERROR) " "$RESULTS/pytest.log" | head -40 || true
-  echo "- pytest: $(tail -1 "$RESULTS/pytest.log") (exit $rc)" >>"$summary"
-  grep -E "^(FAILED|ERROR) " "$RESULTS/pytest.log" | sed 's/^/  - /' >>"$summary" || true
-  [ $rc -eq 0 ] || status=1
+  [ ${#PYTEST_KS[@]} -eq 0 ] && PYTEST_KS=("")
+  [ -n "$WORKERS" ] || WORKERS=$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))
+  run_no=0
+  for k in "${PYTEST_KS[@]}"; do
+    run_no=$((run_no + 1))
+    log="$RESULTS/pytest.log"
+    [ ${#PYTEST_KS[@]} -gt 1 ] && log="$RESULTS/pytest-$run_no.log"
+    args=(-q -p no:cacheprovider --junitxml="${log%.log}.xml" tests/python)
+    # Every multi-process test spawns ranks that import the CUDA torch (seconds each): run tests side by
+    # side where pytest-xdist is installed (the GPU image has it); tests marked xdist_group (the NCCL
+    # ones) run one after another in one worker.
+    if "$PY" -c "import xdist" 2>/dev/null; then args+=(-n "$WORKERS" --dist loadgroup); fi
+    [ "$SUITE" = gpu ] && args+=(-m gpu)
+    [ -n "$k" ] && args+=(-k "$k")
+    say "pytest ${args[*]}"
+    phase_t=$(date +%s)
+    PYTHONUNBUFFERED=1 within "pytest${k:+ -k '$k'}" "$PY" -m pytest "${args[@]}" >"$log" 2>&1
+    rc=$?
+    tail -3 "$log"
+    grep -E "^(FAILED|ERROR) " "$log" | head -40 || true
+    echo "- pytest${k:+ -k '$k'}: $(tail -1 "$log") (exit $rc, $(( $(date +%s) - phase_t )) s)" >>"$summary"
+    grep -E "^(FAILED|ERROR) " "$log" | sed 's/^/  - /' >>"$summary" || true
+    [ $rc -eq 0 ] || status=1
+  done
 fi
 
 if [ "$BENCH" = 1 ]; then
   say "benchmarks (scripts/device_bench.sh)"
-  bash scripts/device_bench.sh --out "$RESULTS" >"$RESULTS/bench.log" 2>&1 || status=1
+  bench_args=(--out "$RESULTS")
+  [ "$QUICK" = 1 ] && bench_args+=(--quick)
+  phase_t=$(date +%s)
+  within bench bash scripts/device_bench.sh "${bench_args[@]}" >"$RESULTS/bench.log" 2>&1 || status=1
+  echo "- bench$([ "$QUICK" = 1 ] && echo ' (quick)'): $(( $(date +%s) - phase_t )) s, log bench.log" >>"$summary"
   tail -40 "$RESULTS/bench.log"
 fi
 say "done, exit $status"
