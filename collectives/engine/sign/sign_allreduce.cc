@@ -27,13 +27,18 @@ constexpr size_t kPollWords = bits::kMinWordsPerThread;
 
 // Packed bytes per pipeline segment: PRIDE_SEGMENT_BYTES when set, else the algorithm's default.
 // The direct algorithm's pipeline exposes one segment's pack before the first message and one
-// segment's unpack after the last, so its segments are small: 128 KiB (1 Mi elements) took a 2^26-element
-// call at 4 × 1 Gbit/s from 188 to 162 ms, 93% of the link (docs/performance.md). Ring, tree, all-gather
-// and hier pay a chain of exchanges per segment, and on one host 128 KiB made them ~25% slower, so they
-// keep 1 MiB. Every rank computes the same size (it is in the fingerprint).
-size_t sign_segment_bytes(SignAlgorithm algorithm) {
+// segment's unpack after the last, so across hosts its segments are small: 128 KiB (1 Mi elements) took
+// a 2^26-element call at 4 × 1 Gbit/s from 188 to 162 ms, 93% of the link (docs/performance.md). Within
+// one host there is no slow link to hide: the exchange is a shared-memory copy of 1/32 of the tensor,
+// while every segment adds two waits on the other ranks, each a scheduler time slice where ranks
+// outnumber cores. There direct takes 4 MiB (2^24 fp32 elements, 4 ranks on 2 cores: 1.09× its kernels'
+// time against 1.24× with 128 KiB). Ring, tree, all-gather and hier pay a chain of exchanges per
+// segment, and on one host 128 KiB made them ~25% slower, so they keep 1 MiB. Every rank computes the
+// same size (the node count is the group's; the size is in the fingerprint).
+size_t sign_segment_bytes(SignAlgorithm algorithm, int num_nodes) {
   if (const size_t forced = Settings::get().segment_bytes) return forced;
-  return algorithm == SignAlgorithm::kDirect ? size_t{128} << 10 : size_t{1} << 20;
+  if (algorithm != SignAlgorithm::kDirect) return size_t{1} << 20;
+  return num_nodes == 1 ? size_t{4} << 20 : size_t{128} << 10;
 }
 
 using AlgorithmFn = void (*)(Collective&, const SignPlan&, const SignSegment&);
@@ -228,7 +233,7 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
-  call.segment_words = std::max<size_t>(1, sign_segment_bytes(call.algorithm) / 8);
+  call.segment_words = std::max<size_t>(1, sign_segment_bytes(call.algorithm, comm.num_nodes()) / 8);
   Fingerprint& fp = call.fingerprint;
   fp.op = kSignAllreduceOp;
   fp.dtype = dtype_code;
