@@ -154,8 +154,8 @@ void vote_from_counts(const uint64_t* pos_count, const uint64_t* neg_count, int 
   active().vote_from_counts(pos_count, neg_count, planes, nwords, pos, tie);
 }
 
-void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, DType dtype) {
-  element_kernel(active().unpack_vote, dtype, "unpack_vote")(pos, tie, n, y);
+void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, DType dtype, OutputStores stores) {
+  element_kernel(active().unpack_vote, dtype, "unpack_vote")(pos, tie, n, y, stores);
 }
 
 void unpack_mean(const uint64_t* count, int planes, size_t n, int scale, int64_t offset, int64_t nranks, void* y,

@@ -168,14 +168,14 @@ uint32_t pattern_of(float v) {
   return bits;
 }
 
-// Outputs at least this large are written with non-temporal (streaming) stores: they cannot stay in
-// cache anyway, and streaming skips reading every destination line before overwriting it, which is
-// a third of an unpack's memory traffic. Smaller outputs stay in cache for the caller to read.
-constexpr size_t kStreamingStoreBytes = size_t(4) << 20;
+// How a vector of unpacked votes is stored: through the cache, or streamed (non-temporal) as one 32-byte
+// store where y is 32-byte aligned or two 16-byte stores where it is 16-byte aligned (malloc's large
+// blocks are). Streamed stores are weakly ordered: the loop publishes them with a fence before it returns.
+enum class VoteStore { kCached, kStream32, kStream16 };
 
 // Works for every output width: one 32-byte store covers 32 / sizeof(T) elements, whose lane masks
 // come from as many bits of the plane words.
-template <class Tr, bool kStream>
+template <class Tr, VoteStore kStore>
 void unpack_vote_words(const uint64_t* pos, const uint64_t* tie, size_t full, char* y) {
   constexpr int kBytes = sizeof(typename Tr::T);
   constexpr int kPerVec = 32 / kBytes;
@@ -189,26 +189,32 @@ void unpack_vote_words(const uint64_t* pos, const uint64_t* tie, size_t full, ch
       const __m256i p = lanes_from_bits<kBytes>(static_cast<uint32_t>((pw >> k) & kLaneBits));
       const __m256i z = lanes_from_bits<kBytes>(static_cast<uint32_t>((zw >> k) & kLaneBits));
       const __m256i v = _mm256_andnot_si256(z, _mm256_blendv_epi8(minus, plus, p));
-      auto* out = reinterpret_cast<__m256i*>(y + (64 * w + k) * kBytes);
-      if constexpr (kStream) {
-        _mm256_stream_si256(out, v);
+      char* out = y + (64 * w + k) * kBytes;
+      if constexpr (kStore == VoteStore::kStream32) {
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(out), v);
+      } else if constexpr (kStore == VoteStore::kStream16) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(v));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(out + 16), _mm256_extracti128_si256(v, 1));
       } else {
-        _mm256_storeu_si256(out, v);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
       }
     }
   }
-  if constexpr (kStream) _mm_sfence();  // streamed stores are weakly ordered: publish them before returning
+  if constexpr (kStore != VoteStore::kCached) _mm_sfence();
 }
 
 template <class Tr>
-void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* yv) {
+void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* yv, OutputStores stores) {
   auto* y = static_cast<char*>(yv);
   const size_t full = n / 64;
-  const bool stream = n * sizeof(typename Tr::T) >= kStreamingStoreBytes && reinterpret_cast<uintptr_t>(y) % 32 == 0;
-  if (stream) {
-    unpack_vote_words<Tr, true>(pos, tie, full, y);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(y);
+  const bool stream = stores == OutputStores::kStreaming || n * sizeof(typename Tr::T) >= kStreamingStoreBytes;
+  if (stream && address % 32 == 0) {
+    unpack_vote_words<Tr, VoteStore::kStream32>(pos, tie, full, y);
+  } else if (stream && address % 16 == 0) {
+    unpack_vote_words<Tr, VoteStore::kStream16>(pos, tie, full, y);
   } else {
-    unpack_vote_words<Tr, false>(pos, tie, full, y);
+    unpack_vote_words<Tr, VoteStore::kCached>(pos, tie, full, y);
   }
   unpack_vote_from<Tr>(pos, tie, n, 64 * full, yv);
 }

@@ -34,7 +34,7 @@ struct LionParams {
 
 using PackBinaryFn = void (*)(const void* x, size_t n, uint64_t* plane);
 using PackTernaryFn = void (*)(const void* x, size_t n, uint64_t* pos, uint64_t* neg);
-using UnpackVoteFn = void (*)(const uint64_t* pos, const uint64_t* tie, size_t n, void* y);
+using UnpackVoteFn = void (*)(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, OutputStores stores);
 using UnpackMeanFn = void (*)(const uint64_t* count, int planes, size_t n, const MeanParams& p, void* y);
 using ApplyVoteFn = void (*)(void* x, size_t n, const uint64_t* pos, const uint64_t* tie, const ApplyParams& p);
 using LionVoteFn = void (*)(const void* g, void* m, size_t n, const LionParams& p, uint64_t* pos, uint64_t* neg);

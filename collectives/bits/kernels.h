@@ -63,8 +63,19 @@ void vote_from_counts(const uint64_t* pos_count, const uint64_t* neg_count, int 
                       uint64_t* pos, uint64_t* tie);
 
 // ---- Unpack ----------------------------------------------------------------------------------
+// How unpack_vote writes y. A large output cannot stay in cache, and streaming (non-temporal) stores
+// skip reading every destination line before overwriting it, a third of an unpack's memory traffic.
+// kBySize streams outputs of kStreamingStoreBytes and more and keeps smaller ones in cache for the
+// caller to read back; kStreaming streams at any size, for a piece of an output that is large as a
+// whole (the sign-allreduce pipeline unpacks the caller's tensor in pieces of about 1 MiB). Either
+// way only where y is 16-byte aligned (torch's tensors and malloc's blocks are), and the values are
+// the same.
+enum class OutputStores : uint8_t { kBySize, kStreaming };
+inline constexpr size_t kStreamingStoreBytes = size_t(4) << 20;
+
 // y = +1 where pos, 0 where tie (tie may be null), -1 elsewhere. Output float32/bf16/fp16/int8.
-void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, DType dtype);
+void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, DType dtype,
+                 OutputStores stores = OutputStores::kBySize);
 // Mean: per element, u = the count's value, s = scale*u - offset (binary: scale 2, offset N;
 // ternary offset-encoded: scale 1, offset N); y = float32(s) / float32(nranks), cast to dtype.
 void unpack_mean(const uint64_t* count, int planes, size_t n, int scale, int64_t offset, int64_t nranks,

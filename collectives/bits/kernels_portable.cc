@@ -30,8 +30,8 @@ void pack_ternary(const void* x, size_t n, uint64_t* pos, uint64_t* neg) {
   pack_ternary_from<Tr>(x, n, 0, pos, neg);
 }
 template <class Tr>
-void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y) {
-  unpack_vote_from<Tr>(pos, tie, n, 0, y);
+void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* y, OutputStores) {
+  unpack_vote_from<Tr>(pos, tie, n, 0, y);  // plain stores: the portable unit has no streaming ones
 }
 template <class Tr>
 void unpack_mean(const uint64_t* count, int planes, size_t n, const MeanParams& m, void* y) {

@@ -40,9 +40,10 @@ TEST_P(UnpackTest, Vote) {
   }
 }
 
-// Outputs of 4 MiB and more are written with streaming stores when 32-byte aligned (as torch's
-// tensors are): the same values, and nothing past n, as the cached path.
-TEST_P(UnpackTest, VoteLargeAlignedOutput) {
+// Outputs of 4 MiB and more are written with streaming stores where 32- or 16-byte aligned (torch's
+// tensors are 64-byte aligned, malloc's large blocks 16): the same values, and nothing past n, as the
+// cached path, which takes the outputs aligned otherwise.
+TEST_P(UnpackTest, VoteLargeOutputAtEveryAlignment) {
   for (DType dtype : kAllTypes) {
     const size_t n = (size_t(4) << 20) / dtype_size(dtype) + 77;
     const auto pos = random_plane(n);
@@ -51,11 +52,52 @@ TEST_P(UnpackTest, VoteLargeAlignedOutput) {
     for (size_t j = 0; j < n; ++j) {
       store_float(dtype, bit(pos.data(), j) ? 1.0f : bit(tie.data(), j) ? 0.0f : -1.0f, expected.data(), j);
     }
-    std::vector<uint8_t> storage(expected.size() + 32, kCanary);
-    uint8_t* y = storage.data() + (32 - reinterpret_cast<uintptr_t>(storage.data()) % 32) % 32;
-    unpack_vote(pos.data(), tie.data(), n, y, dtype);
-    ASSERT_EQ(0, std::memcmp(y, expected.data(), expected.size())) << dtype_name(dtype) << " n=" << n;
+    std::vector<uint8_t> storage(expected.size() + 64, kCanary);
+    uint8_t* aligned = storage.data() + (32 - reinterpret_cast<uintptr_t>(storage.data()) % 32) % 32;
+    for (size_t offset : {0, 16, 8, 2}) {  // streamed 32, streamed 16, cached, cached
+      if (offset % dtype_size(dtype) != 0) continue;
+      std::fill(storage.begin(), storage.end(), kCanary);
+      uint8_t* y = aligned + offset;
+      unpack_vote(pos.data(), tie.data(), n, y, dtype);
+      ASSERT_EQ(0, std::memcmp(y, expected.data(), expected.size()))
+          << dtype_name(dtype) << " n=" << n << " offset " << offset;
+      for (uint8_t* b = storage.data(); b < y; ++b) ASSERT_EQ(*b, kCanary) << "wrote before y, offset " << offset;
+    }
   }
+}
+
+// OutputStores::kStreaming streams small outputs too (the pipeline's pieces of a large tensor), at every
+// alignment of y, for every length's tail: the values of the cached path, nothing written past n.
+TEST_P(UnpackTest, VoteStreamedPiecesEqualTheCachedOutput) {
+  for (DType dtype : kAllTypes) {
+    for (size_t n : lengths()) {
+      const auto pos = random_plane(n);
+      const auto tie = random_plane(n, 0.3);
+      auto expected = output_buffer(dtype, n);
+      unpack_vote(pos.data(), tie.data(), n, expected.data(), dtype, OutputStores::kBySize);
+      std::vector<uint8_t> storage(expected.size() + 64, kCanary);
+      uint8_t* aligned = storage.data() + (32 - reinterpret_cast<uintptr_t>(storage.data()) % 32) % 32;
+      for (size_t offset : {0, 16, 4}) {
+        if (offset % dtype_size(dtype) != 0) continue;
+        std::fill(storage.begin(), storage.end(), kCanary);
+        uint8_t* y = aligned + offset;
+        unpack_vote(pos.data(), tie.data(), n, y, dtype, OutputStores::kStreaming);
+        ASSERT_EQ(0, std::memcmp(y, expected.data(), expected.size()))
+            << dtype_name(dtype) << " n=" << n << " offset " << offset;
+      }
+    }
+  }
+  // A large output unpacked in 1 MiB pieces, as write_words does, equals the output unpacked whole.
+  const size_t n = size_t(3) << 20;
+  const auto pos = random_plane(n);
+  std::vector<float> whole(n), pieces(n);
+  unpack_vote(pos.data(), nullptr, n, whole.data(), DType::kFloat32);
+  constexpr size_t kPiece = size_t(1) << 18;  // elements: 4096 words
+  for (size_t first = 0; first < n; first += kPiece) {
+    unpack_vote(pos.data() + first / 64, nullptr, std::min(kPiece, n - first), pieces.data() + first,
+                DType::kFloat32, OutputStores::kStreaming);
+  }
+  ASSERT_EQ(0, std::memcmp(whole.data(), pieces.data(), n * sizeof(float)));
 }
 
 // Binary mean (scale 2, offset N) and ternary offset-encoded mean (scale 1, offset N).

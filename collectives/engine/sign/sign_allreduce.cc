@@ -298,7 +298,11 @@ void write_words(const SignResult& r, size_t first_word, size_t nwords, void* y,
   void* out = static_cast<char*>(y) + begin * bits::dtype_size(dtype);
   if (r.plan.mode == SignMode::kVote) {
     const uint64_t* tie = r.tie_plane();
-    bits::unpack_vote(r.plane(0) + first_word, tie ? tie + first_word : nullptr, count, out, dtype);
+    // The pipelines unpack a large tensor in pieces (about 1 MiB): each is streamed past the cache,
+    // which the whole tensor would not fit anyway, rather than judged by its own size.
+    const bool large = r.numel * bits::dtype_size(dtype) >= bits::kStreamingStoreBytes;
+    bits::unpack_vote(r.plane(0) + first_word, tie ? tie + first_word : nullptr, count, out, dtype,
+                      large ? bits::OutputStores::kStreaming : bits::OutputStores::kBySize);
     return;
   }
   // unpack_mean reads planes laid out for exactly `count` elements: gather this range's words.
