@@ -128,14 +128,22 @@ TEST_P(SignAllreduceAllAlgorithms, MatchesInt32Oracle) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SignAllreduceAllAlgorithms, ::testing::Range(1, 9));
 
-// Large tensors cross several pipeline segments (1 MiB of packed votes each by default).
+// Large tensors cross several pipeline segments: ring's 1 MiB of packed votes (its default), and the
+// direct algorithm's 128 KiB (its default across hosts; these ranks share one host, where direct takes
+// 4 MiB, a single segment for this tensor). The direct pipeline unpacks the 64 MiB tensor in pieces,
+// each streamed past the cache (OutputStores::kStreaming) into a 16-byte-aligned vector.
 TEST(SignAllreduce, LargeOddTensorAcrossSegments) {
   testing::run_ranks(3, [](Communicator& comm) {
-    for (auto algorithm : {SignAlgorithm::kRing, SignAlgorithm::kDirect}) {
-      check_case(comm, {algorithm, SignMode::kVote, VoteKind::kBinary, DType::kFloat32, (size_t(1) << 24) + 12345}, 99);
-    }
+    check_case(comm, {SignAlgorithm::kRing, SignMode::kVote, VoteKind::kBinary, DType::kFloat32, (size_t(1) << 24) + 12345}, 99);
+  });
+  setenv("PRIDE_SEGMENT_BYTES", "131072", 1);
+  Settings::reload();
+  testing::run_ranks(3, [](Communicator& comm) {
+    check_case(comm, {SignAlgorithm::kDirect, SignMode::kVote, VoteKind::kBinary, DType::kFloat32, (size_t(1) << 24) + 12345}, 99);
     check_case(comm, {SignAlgorithm::kDirect, SignMode::kMean, VoteKind::kTernary, DType::kBFloat16, 1000003}, 7);
   });
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  Settings::reload();
 }
 
 // Tiny segments: many per tensor, so the direct algorithm's pipeline (pack s+1 and unpack s−1 while
