@@ -290,6 +290,30 @@ def test_fused_cpu_passes_equal_torch_operations(dtype, quantization, infinite):
     assert _same(x, want_x), "the apply differs from torch's"
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("quantization", ["l1", "linf"])
+def test_a_scale_that_is_not_positive_sends_zeros(fused, quantization):
+    """Every c 0, or (l1) one subnormal among zeros, whose mean rounds to a float32 0: q is 0 everywhere on
+    both paths, though c/0 would be ±inf for the subnormal (the torch path decides this on the device,
+    without reading the scale on the host)."""
+    from pride.optim import lion_cub
+
+    n, s = 1000, 31
+    for value in (0.0, float(torch.finfo(torch.float32).smallest_normal) * 2 ** -23):
+        if value == 0.0 or quantization == "l1":
+            g, m = torch.zeros(n), torch.zeros(n)
+            g[7] = value / 0.1  # c = 0.1·g rounds back to the subnormal (or 0)
+            q = torch.full((n,), 5, dtype=torch.int8)
+            if fused:
+                lion_cub._fused_quantize(g, m, 0.9, 0.99, quantization, s, q, torch.empty(n))
+            else:
+                c, _ = _torch_interpolation(g, m, 0.9, 0.99)
+                if value and quantization == "l1":
+                    assert c[7] != 0 and c.abs().mean() == 0, "the case needs a mean that underflows"
+                lion_cub.quantize_(c, quantization, s, q, torch.empty(n))
+            assert (q == 0).all(), f"value {value}: {int((q != 0).sum())} nonzero q"
+
+
 def test_fused_cpu_passes_refuse_what_they_cannot_take():
     from pride import _C
     from pride.optim import lion_cub
@@ -366,3 +390,48 @@ def test_one_rank_step_fused_equals_the_torch_path(monkeypatch, quantization, mo
             assert ("exp_avg" in sa) == ("exp_avg" in sb)
             assert "exp_avg" not in sa or torch.equal(sa["exp_avg"], sb["exp_avg"])
     assert calls, "the fused passes never ran"
+
+
+def _fused_vs_torch_path_worker(rank, world_size, store_path, options):
+    from pride.optim import DistributedLion, lion_cub
+
+    harness.init_group(rank, world_size, store_path)
+    shapes = [(3,), (64,), (65, 7), (1000, 33), (70_000,), (5,)]
+    for dtype, missing in ((torch.float32, True), (torch.bfloat16, False)):
+        g = torch.Generator().manual_seed(1234)
+        start = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+        fused = [torch.nn.Parameter(t.clone()) for t in start]
+        plain = [torch.nn.Parameter(t.clone()) for t in start]
+        kw = dict(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, mode="vote", votes="exact", **options)
+        opt_fused, opt_plain = DistributedLion(fused, **kw), DistributedLion(plain, bucket_mb=0.1, **kw)
+        rank_gen = torch.Generator().manual_seed(99 + rank)
+        for step in range(6):
+            for i, (a, b) in enumerate(zip(fused, plain)):
+                grad = torch.randn(a.shape, generator=rank_gen).to(dtype)
+                if step == 2:
+                    grad[..., :1] = 0.0
+                absent = missing and ((i + rank + step) % 3 == 0 or (i == 1 and step == 3))
+                a.grad, b.grad = (None, None) if absent else (grad, grad.clone())
+            opt_fused.step()
+            saved = lion_cub._fused_on, lion_cub._FUSED_DTYPES
+            lion_cub._fused_on, lion_cub._FUSED_DTYPES = (lambda *tensors: False), ()
+            try:
+                opt_plain.step()
+            finally:
+                lion_cub._fused_on, lion_cub._FUSED_DTYPES = saved
+            for i, (a, b) in enumerate(zip(fused, plain)):
+                assert torch.equal(a.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                                   b.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)), \
+                    f"rank {rank} {dtype} step {step} tensor {i}: the fused step differs from the torch path"
+                sa, sb = opt_fused.state[a], opt_plain.state[b]
+                assert ("exp_avg" in sa) == ("exp_avg" in sb)
+                assert "exp_avg" not in sa or torch.equal(sa["exp_avg"], sb["exp_avg"])
+
+
+# What tests/python/test_cuda.py's Lion Cub test rests on, at its 4 ranks: CUDA parameters take torch's
+# operations, CPU ones the fused passes, and the GPU test compares the two bit for bit. Here both run on
+# the CPU, the second with the fused passes switched off and in several buckets, over the same group.
+@pytest.mark.parametrize("aggregation,quantization",
+                         [("int8", "sign"), ("int8", "linf"), ("levels", "linf"), ("levels", "sign")])
+def test_fused_step_equals_the_torch_path_4ranks(aggregation, quantization):
+    harness.run(_fused_vs_torch_path_worker, 4, {"aggregation": aggregation, "quantization": quantization})

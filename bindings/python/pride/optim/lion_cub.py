@@ -68,11 +68,12 @@ def quantize_(c, quantization, s, q, scratch):
         scale = torch.exp(magnitude.add_(1e-12).log_().mean())
     else:
         scale = magnitude.max() if c.numel() else magnitude.sum()
-    if not scale > 0:  # every element 0: nothing to say
-        q.zero_()
-        return
-    # NaN (an infinite c over an infinite scale) sends 0: a float NaN has no defined int8 value.
-    torch.div(c, scale, out=c).mul_(s / 2).round_().clamp_(-s, s).nan_to_num_(nan=0.0)
+    # Where the scale is not positive (every element 0, or a mean too small for float32) every q is 0. No
+    # host branch on it: on a GPU, reading the scale would wait for the device once per tensor, which
+    # undoes the overlap of one tensor's sum with the next one's quantization. Multiplying by (scale > 0)
+    # keeps every value (by 1) or makes it ±0 or NaN (by 0). NaN (an infinite c over an infinite scale,
+    # or c/0 times 0) then sends 0: a float NaN has no defined int8 value.
+    torch.div(c, scale, out=c).mul_(s / 2).round_().clamp_(-s, s).mul_(scale > 0).nan_to_num_(nan=0.0)
     q.copy_(c)
 
 
