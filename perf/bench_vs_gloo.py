@@ -5,7 +5,13 @@ times, on the same fp32 tensor and alternating in the same loop so that machine 
   gloo   all_reduce (fp32 SUM)
   pride  all_reduce (fp32 SUM)
   pride  sign_allreduce (mode="vote", algorithm from the cost model or PRIDE_ALGO)
-and reports medians and ratios. Launches its own ranks (no launcher needed):
+and reports medians and ratios. Each time runs from a barrier to a barrier after the call (the slowest
+rank decides). The Gloo barrier itself costs milliseconds on rate-limited links (a median of 4.9 ms in
+one run at 4 x 1 Gbit/s in the netns testbed), which a 50 ms call feels and an 850 ms one does not, so
+the report also gives, per case, the median over the iterations of the slowest rank's own call time
+(from its return from the first barrier to its call's return, as the C++ perf tools time it), and the
+ratios of those.
+Launches its own ranks (no launcher needed):
 
     python perf/bench_vs_gloo.py --ranks 4 --log2-numel 24 --iters 7
 """
@@ -22,12 +28,28 @@ from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side
                           time_alternating)
 
 
-def timed(fn, barrier):
+def timed(fn, barrier, own=None):
+    """Barrier to barrier around fn (seconds); fn's own time on this rank is appended to `own`."""
     barrier()
     start = time.perf_counter()
     fn()
+    if own is not None:
+        own.append(time.perf_counter() - start)
     barrier()  # the slowest rank decides: a collective is done when every rank has its result
     return time.perf_counter() - start
+
+
+def slowest_own_medians(own, warmup, group):
+    """Per case: the median over the timed iterations of the largest own time among the ranks."""
+    import statistics
+
+    out = {}
+    for name, times in own.items():
+        mine = torch.tensor(times[warmup:], dtype=torch.float64)
+        every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(every, mine, group=group)
+        out[name] = statistics.median(torch.stack(every).max(dim=0).values.tolist())
+    return out
 
 
 def worker(rank, args, store_path, out_path):
@@ -48,8 +70,11 @@ def worker(rank, args, store_path, out_path):
         "pride all_reduce fp32": lambda: dist.all_reduce(work),
         "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
     }
-    times = time_alternating(cases, lambda fn: timed(fn, barrier), lambda: work.copy_(source), args.warmup,
-                             args.iters)
+    own = {name: [] for name in cases}
+    own_of = {id(fn): own[name] for name, fn in cases.items()}
+    times = time_alternating(cases, lambda fn: timed(fn, barrier, own_of[id(fn)]), lambda: work.copy_(source),
+                             args.warmup, args.iters)
+    slowest_own = slowest_own_medians(own, args.warmup, gloo)
     # results must agree: pride's fp32 sum equals Gloo's up to summation order
     a, b = source.clone(), source.clone()
     dist.all_reduce(a, group=gloo)
@@ -60,7 +85,7 @@ def worker(rank, args, store_path, out_path):
     dist.barrier(group=gloo)
     sign_stats = pride.stats()
     if rank == 0:
-        result = side_by_side_result(args.ranks, n, times, sign_stats)
+        result = side_by_side_result(args.ranks, n, times, sign_stats, median_slowest_own_s=slowest_own)
         with open(out_path, "w") as f:
             json.dump(result, f)
     dist.destroy_process_group()
@@ -82,6 +107,10 @@ def report(args, result):
     print(f"# {args.ranks} ranks ({where}), {result['numel']} fp32 elements "
           f"({result['numel'] * 4 / 2**20:.0f} MiB), median of {args.iters} (min in brackets)")
     print_side_by_side(result, "gloo all_reduce fp32", "vs gloo")
+    own = result["median_slowest_own_s"]
+    base = own["gloo all_reduce fp32"]
+    print("# the slowest rank's own call, no trailing barrier (median): " +
+          ", ".join(f"{name} {t * 1e3:.2f} ms ({base / t:.2f}x)" for name, t in own.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

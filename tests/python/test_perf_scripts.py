@@ -28,6 +28,9 @@ def test_bench_vs_gloo_reports_all_cases(tmp_path):
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["numel"] == 1 << 12
     assert all(t > 0 for t in result["median_s"].values())
+    assert set(result["median_slowest_own_s"]) == set(result["median_s"])
+    assert all(t > 0 for t in result["median_slowest_own_s"].values())
+    assert "the slowest rank's own call" in out
 
 
 def test_bench_dlion_step_keeps_replicas_identical(tmp_path):
