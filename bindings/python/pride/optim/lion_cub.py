@@ -265,7 +265,12 @@ def int8_step(params, grads, momenta, lr, beta1, beta2, weight_decay, mode, quan
             delta = (total.float() / float(world)).to(p.dtype)
         if weight_decay != 0:
             p.mul_(1 - lr * weight_decay)
-        p.add_(delta.view_as(p), alpha=-lr)
+        # x − lr·delta with lr rounded to the parameter's dtype, as torch's CPU add_(alpha=) rounds it for
+        # bfloat16 and float16 and the fused pass does; torch's CUDA add_ keeps alpha in float32, which
+        # changed ~1% of bfloat16 elements against the CPU step on an H200 (docs/device-runs.md). Spelled
+        # out in float32 (one product, one difference, each rounded), the same bits on every device.
+        lr_d = float(torch.tensor(lr, dtype=torch.float32).to(p.dtype))
+        p.sub_(delta.view_as(p).to(torch.float32).mul_(lr_d))
 
     offset = 0
     for i, (p, g, m) in enumerate(zip(params, grads, momenta)):
