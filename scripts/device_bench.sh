@@ -24,14 +24,24 @@ done
 PY="${PRIDE_PY:-python3}"
 mkdir -p "$RESULTS"
 status=0
-run() { echo; echo "\$ $*"; "$@" || status=1; }
+STEP_LIMIT="${PRIDE_BENCH_STEP_LIMIT:-150}"  # seconds per benchmark command
+run() {
+  echo; echo "\$ $*  [$(date -u +%H:%M:%S)]"
+  timeout --kill-after=10 "$STEP_LIMIT" "$@"
+  local rc=$?
+  [ $rc -eq 124 ] && echo "device_bench: cut after ${STEP_LIMIT} s (PRIDE_BENCH_STEP_LIMIT): $*"
+  [ $rc -ne 0 ] && status=1
+  return 0
+}
+# Ordered by what the issues' targets need first, so that a run cut short by its budget still brings
+# back the figures that decide them; each step has its own time limit, so one hang does not eat the rest.
 run "$BUILD/perf/kernels/bench_cuda_kernels" -d float32
-run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --json "$RESULTS/dlion.jsonl"
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path host --json "$RESULTS/dlion.jsonl"
 # Issue 14: sign-allreduce over NCCL against NCCL's fp32 allreduce, 4 ranks, 2^26 elements.
 run "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path host --json "$RESULTS/dlion.jsonl"
+run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
 run env PRIDE_ALGO=allgather "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
 exit $status
