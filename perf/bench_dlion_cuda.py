@@ -76,7 +76,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
         dist.init_process_group("pride", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=600))
     sizes = shapes_for(int(args.params), args.tensors)
     params = make_params(sizes, dtype, "cuda", seed=1 + rank)
-    opt = DistributedLion(params, lr=1e-4, weight_decay=0.1, mode=args.mode, bucket_mb=args.bucket_mb)
+    opt = DistributedLion(params, lr=1e-4, weight_decay=0.1, mode=args.mode, votes=args.votes, bucket_mb=args.bucket_mb)
     opt.step()  # the momentum buffers exist from here on: they are Lion's state, not pride's overhead
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
@@ -85,6 +85,8 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
         pride.reset_stats()
     pride_ms = time_steps(opt.step, args.steps, args.warmup)
     peak_growth = torch.cuda.max_memory_allocated() - before
+    if args.profile and rank == 0:
+        profile_steps(opt.step, args.profile, world)
     param_bytes = sum(p.numel() for p in params) * params[0].element_size()
     workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
     bucket_bytes = (args.bucket_mb or 64.0) * (1 << 20)
@@ -92,7 +94,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
                pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
                allocated_growth_bytes=torch.cuda.memory_allocated() - before,
-               peak_growth_bytes=peak_growth, cuda_path=os.environ.get("PRIDE_CUDA_PATH", "auto"))
+               peak_growth_bytes=peak_growth, votes=args.votes, bucket_mb=args.bucket_mb, cuda_path=os.environ.get("PRIDE_CUDA_PATH", "auto"))
     if world > 1:
         stats = pride.stats()
         row["bytes_sent"], row["device_bytes_sent"] = stats["bytes_sent"], stats["device_bytes_sent"]
@@ -114,6 +116,21 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
     return row
 
 
+def profile_steps(step, path, world, steps=3):
+    """Where a step's time goes: torch.profiler over a few steps on rank 0 (CPU calls of every thread,
+    CUDA runtime calls and kernels), its table printed and its Chrome trace written to `path`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    print(f"# torch.profiler, rank 0 of {world}, {steps} steps")
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=60))
+    prof.export_chrome_trace(path)
+
+
 def _worker(args, rank, world, store_path, out):
     try:
         run_one(args, rank, world, store_path, out)
@@ -132,6 +149,9 @@ def main():
     parser.add_argument("--world", type=int, default=1, help="ranks sharing the GPU (default 1)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--votes", default="exact", choices=["exact", "binary", "ternary"])
+    parser.add_argument("--profile", metavar="TRACE.json",
+                        help="after the timed steps, profile 3 steps on rank 0: print the table, write the trace")
     parser.add_argument("--bucket-mb", type=float, default=None, help="DistributedLion bucket size (default: pride's)")
     parser.add_argument("--no-baseline", action="store_true", help="skip lion-pytorch (N = 1 only)")
     parser.add_argument("--cuda-path", choices=["auto", "device", "host"], default=None,
@@ -162,7 +182,7 @@ def main():
     slowest = max(r["pride_ms"] for r in rows)
     r0 = rows[0]
     print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
-          f"mode {r0['mode']}, {args.world} rank(s) on {torch.cuda.get_device_name()}")
+          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 64:g} MiB, {args.world} rank(s) on {torch.cuda.get_device_name()}")
     print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps)")
     if "lion_pytorch_triton_ms" in r0:
         print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")
