@@ -85,8 +85,8 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
         pride.reset_stats()
     pride_ms = time_steps(opt.step, args.steps, args.warmup)
     peak_growth = torch.cuda.max_memory_allocated() - before
-    if args.profile and rank == 0:
-        profile_steps(opt.step, args.profile, world)
+    if args.profile:  # every rank steps (they are collectives); rank 0 records
+        profile_steps(opt.step, args.profile if rank == 0 else None, world)
     param_bytes = sum(p.numel() for p in params) * params[0].element_size()
     workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
     bucket_bytes = (args.bucket_mb or 64.0) * (1 << 20)
@@ -117,17 +117,28 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
 
 
 def profile_steps(step, path, world, steps=3):
-    """Where a step's time goes: torch.profiler over a few steps on rank 0 (CPU calls of every thread,
-    CUDA runtime calls and kernels), its table printed and its Chrome trace written to `path`."""
+    """Where a step's time goes: torch.profiler over a few steps (CPU calls of every thread, CUDA
+    runtime calls and kernels); with a path (rank 0), its tables printed and its Chrome trace written
+    there. The other ranks take the same steps unrecorded."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
+    if path is None:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
+    averages = prof.key_averages()
     print(f"# torch.profiler, rank 0 of {world}, {steps} steps")
-    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=60))
+    for key in ("self_cpu_time_total", "self_device_time_total"):
+        try:
+            print(averages.table(sort_by=key, row_limit=25, max_name_column_width=60))
+        except Exception as e:  # noqa: BLE001 - a key this torch lacks
+            print(f"(no table by {key}: {e})")
     prof.export_chrome_trace(path)
 
 
