@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "backend/common/settings.h"
 #include "collectives/bits/cuda/kernels.h"
@@ -24,6 +25,11 @@ struct CudaLionWorkspace::Buffers {
   at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path (only with a group)
   at::Tensor slices_host, slices;        // the slice tables, pinned and on the device
   cudaEvent_t last_use = nullptr;        // the end of the last step's use of the pinned buffers
+  // The worker's stream for the votes, the same one every step: the caching allocator keeps its blocks
+  // per stream, so the exchange's scratch planes come back at the same addresses, and the peers' UCX
+  // finds their cuda_ipc mappings cached instead of opening new ones (a stream from the pool each step
+  // cost fresh cudaMallocs, and each mapping a round of context switches on a shared GPU).
+  std::optional<c10::cuda::CUDAStream> vote_stream;
   std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
   c10::DeviceIndex device = -1;
 
@@ -129,6 +135,10 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   if (params.empty()) return true;
   const c10::Device device = params[0].device();
   c10::cuda::CUDAGuard device_guard(device);
+  CudaLionWorkspace::Buffers& ws = workspace.buffers();
+  TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride DistributedLion: a workspace serves one device");
+  ws.device = device.index();
+  if (!ws.vote_stream) ws.vote_stream = c10::cuda::getStreamFromPool(false, device.index());
   const int nranks = backend ? backend->getSize() : 1;
   const StepPlan step{SignPlan::make(nranks, options.mode, VoteKind::kBinary),
                       SignPlan::make(nranks, options.mode, VoteKind::kTernary),
@@ -137,14 +147,11 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       hyper,
                       to_sign_dtype(params[0].scalar_type(), "DistributedLion"),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
-                      c10::cuda::getStreamFromPool(false, device.index()),
+                      *ws.vote_stream,
                       device,
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()
                                                                                                   : nullptr};
   const size_t elem = bits::dtype_size(step.dtype);
-  CudaLionWorkspace::Buffers& ws = workspace.buffers();
-  TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride DistributedLion: a workspace serves one device");
-  ws.device = device.index();
   if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));  // the last step is done with the pinned buffers
 
   // Layout: every tensor starts on a word of the flat index space; buckets are word-aligned ranges.
