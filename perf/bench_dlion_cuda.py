@@ -89,7 +89,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
         profile_steps(opt.step, args.profile if rank == 0 else None, world)
     param_bytes = sum(p.numel() for p in params) * params[0].element_size()
     workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
-    bucket_bytes = (args.bucket_mb or 64.0) * (1 << 20)
+    bucket_bytes = (args.bucket_mb or 1024.0) * (1 << 20)
     row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
                pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
@@ -193,7 +193,7 @@ def main():
     slowest = max(r["pride_ms"] for r in rows)
     r0 = rows[0]
     print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
-          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 64:g} MiB, {args.world} rank(s) on {torch.cuda.get_device_name()}")
+          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 1024:g} MiB, {args.world} rank(s) on {torch.cuda.get_device_name()}")
     print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps)")
     if "lion_pytorch_triton_ms" in r0:
         print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")

@@ -679,6 +679,49 @@ TEST(SignAllreduce, RanksDisagreeingOnModeAllFail) {
   for (auto& e : errors) EXPECT_NE(e.find("ranks disagree"), std::string::npos) << e;
 }
 
+// SignOptions::segment_bytes, the caller's own segment size: small segments still give the oracle's
+// values (the first rank's result against a whole-tensor call on the same inputs), ranks that pass
+// different sizes are told so on every rank, and a size under 64 bytes is refused before sending.
+TEST(SignAllreduce, CallerSegmentSizeKeepsTheResult) {
+  testing::run_ranks(3, [](Communicator& comm) {
+    const size_t n = 64 * 64 * 5 + 33;
+    for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+      auto x = rank_input(DType::kFloat32, n, comm.rank(), 900);
+      auto whole = x;
+      SignOptions segmented{SignMode::kVote, kind, SignAlgorithm::kDirect};
+      segmented.segment_bytes = 512;  // 4096 elements a segment: 6 segments
+      sign_allreduce(comm, x.data(), DType::kFloat32, n, segmented);
+      SignOptions one{SignMode::kVote, kind, SignAlgorithm::kDirect};
+      one.segment_bytes = size_t{1} << 20;
+      sign_allreduce(comm, whole.data(), DType::kFloat32, n, one);
+      std::vector<int32_t> sum;
+      const auto expected = oracle_values({SignAlgorithm::kDirect, SignMode::kVote, kind, DType::kFloat32, n}, 3, 900, sum);
+      EXPECT_EQ(x, expected) << name(kind);
+      EXPECT_EQ(whole, expected) << name(kind);
+    }
+  });
+}
+
+TEST(SignAllreduce, RanksDisagreeingOnSegmentSizeAllFail) {
+  auto errors = testing::run_ranks_collect_errors(3, [](Communicator& comm) {
+    std::vector<float> x(100000, 1.0f);
+    SignOptions o{SignMode::kVote, VoteKind::kBinary, SignAlgorithm::kDirect};
+    o.segment_bytes = comm.rank() == 2 ? 4096 : 0;
+    sign_allreduce(comm, x.data(), DType::kFloat32, x.size(), o);
+  });
+  ASSERT_EQ(errors.size(), 3u);
+  for (auto& e : errors) EXPECT_NE(e.find("ranks disagree"), std::string::npos) << e;
+}
+
+TEST(SignAllreduce, RefusesASegmentUnder64Bytes) {
+  testing::run_ranks(2, [](Communicator& comm) {
+    std::vector<float> x(1000, 1.0f);
+    SignOptions o;
+    o.segment_bytes = 32;
+    EXPECT_THROW(sign_allreduce(comm, x.data(), DType::kFloat32, x.size(), o), InvalidArgument);
+  });
+}
+
 TEST(SignAllreduce, RejectsBadInputBeforeSending) {
   testing::run_ranks(2, [](Communicator& comm) {
     std::vector<int8_t> x(10);

@@ -35,8 +35,11 @@ constexpr size_t kPollWords = bits::kMinWordsPerThread;
 // time against 1.24× with 128 KiB). Ring, tree, all-gather and hier pay a chain of exchanges per
 // segment, and on one host 128 KiB made them ~25% slower, so they keep 1 MiB. Every rank computes the
 // same size (the node count is the group's; the size is in the fingerprint).
-size_t sign_segment_bytes(SignAlgorithm algorithm, int num_nodes) {
+// A caller that knows better passes its own size (SignOptions::segment_bytes: DistributedLion on CUDA
+// parameters, whose planes are exchanged in device memory, distributed_lion_cuda.cc).
+size_t sign_segment_bytes(SignAlgorithm algorithm, int num_nodes, size_t requested) {
   if (const size_t forced = Settings::get().segment_bytes) return forced;
+  if (requested != 0) return requested;
   if (algorithm != SignAlgorithm::kDirect) return size_t{1} << 20;
   return num_nodes == 1 ? size_t{4} << 20 : size_t{128} << 10;
 }
@@ -225,6 +228,8 @@ struct SignCall {
 };
 
 SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOptions& options, uint32_t dtype_code) {
+  PRIDE_CHECK_ARG(options.segment_bytes == 0 || options.segment_bytes >= 64,
+                  "sign_allreduce: segment_bytes must be 0 (the default) or at least 64, got ", options.segment_bytes);
   SignCall call;
   call.plan = SignPlan::make(comm.size(), options.mode, options.votes);
   call.algorithm = choose_sign_algorithm(comm, call.plan, numel, options);
@@ -233,7 +238,7 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
-  call.segment_words = std::max<size_t>(1, sign_segment_bytes(call.algorithm, comm.num_nodes()) / 8);
+  call.segment_words = std::max<size_t>(1, sign_segment_bytes(call.algorithm, comm.num_nodes(), options.segment_bytes) / 8);
   Fingerprint& fp = call.fingerprint;
   fp.op = kSignAllreduceOp;
   fp.dtype = dtype_code;

@@ -20,6 +20,9 @@ struct SignOptions {
   // The caller compared this call's fingerprint on every rank already (sign_call_digest inside its own
   // agreement): the call skips the communicator's check (Communicator::begin_agreed).
   bool call_agreed = false;
+  // Packed bytes per pipeline segment: 0 takes the algorithm's default (PRIDE_SEGMENT_BYTES, when set,
+  // overrides both). Every rank must pass the same: it is part of the call's fingerprint.
+  size_t segment_bytes = 0;
 };
 
 // The result as planes (SignPlan's encoding): what the optimizer applies without unpacking.
