@@ -21,7 +21,9 @@
 #                   the logs of a cut-short run still come back.
 # Exit status: 0 when every suite that ran passed (a phase cut short or skipped by the budget fails).
 # The summary (date, commit, machine, pass/fail counts, phase times) is written to OUT/summary.md,
-# line by line as the phases end, for docs/device-runs.md.
+# line by line as the phases end, for docs/device-runs.md. Its commit is PRIDE_COMMIT when set, else
+# the copy's git HEAD, flagged when tracked files differ from it: the device tool's copy of the
+# working tree can carry an older .git, so name the commit you sent (PRIDE_COMMIT=$(git rev-parse --short HEAD)).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -64,11 +66,22 @@ say() { echo "[device_test $(( $(date +%s) - t0 ))s] $*"; }
 BUDGET_SECONDS="$BUDGET" BUDGET_SUMMARY="$summary"
 . scripts/phase_budget.sh  # within LABEL CMD...: CMD under what is left of --budget
 
+commit_sent() {
+  if [ -n "${PRIDE_COMMIT:-}" ]; then echo "$PRIDE_COMMIT"; return; fi
+  local head changed
+  head="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  changed="$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+  if [ "$changed" -gt 0 ]; then
+    echo "$head with $changed tracked files changed (this copy's .git may be older than what was sent; set PRIDE_COMMIT)"
+  else
+    echo "$head"
+  fi
+}
 {
   echo "# device_test.sh run"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- commit: ${PRIDE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+  echo "- commit: $(commit_sent)"
   echo "- machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU'), $(nproc) cores"
   echo "- os: $(. /etc/os-release && echo "$PRETTY_NAME"), $(g++ --version | head -1), cmake $(cmake --version | head -1 | awk '{print $3}')"
   echo "- python: $("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)')"
