@@ -2,7 +2,8 @@
 # GPU benchmarks (docs/performance.md, "GPU"): the CUDA kernels against a device-to-device copy, and
 # DistributedLion.step() on 350M parameters against lion-pytorch's Triton Lion (N = 1) and with 4 ranks
 # sharing the GPU, by both data paths (device memory over UCX cuda_ipc, and pinned host staging); the
-# sign-allreduce over NCCL against NCCL's fp32 allreduce (perf/bench_vs_nccl.py). Run by
+# sign-allreduce over NCCL against NCCL's fp32 allreduce (perf/bench_vs_nccl.py, one size, then a
+# nccl-tests-style sweep). Run by
 # scripts/device_test.sh --bench after a build; on its own:
 #
 #   bash scripts/device_bench.sh [--out DIR] [--build-dir build/device] [--quick]
@@ -44,4 +45,6 @@ run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 
 run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
 run env PRIDE_ALGO=allgather "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
+# Issue 14's nccl-tests-style rows over NCCL, 4 KiB to 256 MiB.
+run "$PY" perf/bench_vs_nccl.py --ranks 4 -b 4K -e 256M -f 4 --iters 5 --warmup 1 --json "$RESULTS/vs_nccl_sweep.jsonl"
 exit $status

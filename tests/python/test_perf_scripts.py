@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -68,6 +70,38 @@ def test_bench_vs_nccl_imports_and_refuses_a_machine_without_cuda():
     help_text = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_vs_nccl.py"), "--help"],
                                capture_output=True, text=True, timeout=60)
     assert help_text.returncode == 0 and "NCCL" in help_text.stdout, help_text.stdout
+
+
+def test_bench_vs_nccl_refuses_a_half_given_sweep():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_vs_nccl.py"), "-b", "4K"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "needs both -b and -e" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_vs_nccl.py"), "-b", "4Q", "-e", "1M"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "such as 4, 64K" in proc.stderr, proc.stderr
+
+
+@pytest.mark.gpu
+def test_bench_vs_nccl_sweep_rows_are_exact_and_cost_the_formula(tmp_path):
+    """The nccl-tests-style sweep over NCCL (issue 14): every case of every size equals the host's int
+    oracle on every rank (#wrong 0), and sign-allreduce's bits per element are SPEC §4's direct formula."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (scripts/device_test.sh runs it on the GPU machine)")
+    out = run("bench_vs_nccl.py", "--ranks", "2", "-b", "4K", "-e", "4M", "-f", "32", "--iters", "2", "--warmup", "1",
+              "--json", str(tmp_path / "r.json"), timeout=300)
+    assert "Out of bounds values : 0 OK" in out, out
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert sorted({r["numel"] for r in rows}) == [1 << 10, 1 << 15, 1 << 20]
+    assert len(rows) == 9 and all(r["wrong"] == 0 and r["time_s"] > 0 for r in rows), rows
+    # N = 2, binary votes. Direct: (N-1)/N of the 1-bit votes out and of the 2 result planes (vote and
+    # tie) back, 1.5 bits per element; allgather: (N-1) votes of 1 bit. The smallest size adds rounding.
+    formula = {"nccl_direct": 1.5, "nccl_allgather": 1.0}
+    for r in rows:
+        if "sign" in r["name"] and r["numel"] >= 1 << 15:
+            assert len(r["algorithms"]) == 1 and r["algorithms"][0] in formula, r
+            assert abs(r["sign_bytes_sent"] * 8 / r["numel"] - formula[r["algorithms"][0]]) < 0.01, r
 
 
 def test_bench_onebit_adam_counts_volume_and_rounds(tmp_path):
