@@ -3,9 +3,90 @@
 // separate float32 operations do (elementwise_scalar.h, lion_impl.h).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "collectives/bits/cuda/device_elements.cuh"
 
 namespace pride::bits::cuda::device {
+
+// float32 → dtype on the device by the hardware's conversion (cvt.rn): the value element_traits.h's
+// integer code gives for every float that is not NaN, as both are IEEE round-to-nearest-even with
+// overflow to infinity and subnormal results; a NaN becomes the CPU's canonical NaN (0x7FC0 for bf16,
+// sign | 0x7E00 for fp16) where the hardware would give 0x7FFF. The integer code is what bounded the
+// 16-bit Lion kernels: some sixty integer operations an element, and Hopper issues 32-bit integer
+// operations at half its float rate (bf16 lion_vote ran at 0.43 of a copy on an H200), while each
+// conversion here is one instruction.
+template <class Tr>
+__device__ inline typename Tr::T narrow(float f) {
+  return Tr::from_f32(f);
+}
+// bf16 by the paired conversion (cvt.rn.bf16x2.f32): on sm_90 the single one compiles to the slow F2F,
+// the pair to F2FP, an ordinary ALU instruction.
+__device__ inline __nv_bfloat162 to_bf16_pair(float a, float b) { return __floats2bfloat162_rn(a, b); }
+template <>
+__device__ inline uint16_t narrow<BF16>(float f) {
+  return f != f ? uint16_t{0x7FC0} : __bfloat16_as_ushort(__low2bfloat16(to_bf16_pair(f, f)));
+}
+template <>
+__device__ inline uint16_t narrow<F16>(float f) {
+  if (f != f) return uint16_t((__float_as_uint(f) >> 16) & 0x8000u) | uint16_t{0x7E00};
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+// dtype → float32, exact. fp16 by the hardware's conversion except for a NaN, which gets the CPU's
+// bits (f16_to_f32: its sign and payload, quieted; the hardware's is canonical), without a branch; the
+// final narrow() of an fp16 result keeps a NaN's sign.
+template <class Tr>
+__device__ inline float widen(typename Tr::T x) {
+  return Tr::to_f32(x);
+}
+template <>
+__device__ inline float widen<F16>(uint16_t x) {
+  const uint32_t h = x;
+  const uint32_t nan_bits = ((h & 0x8000u) << 16) | 0x7FC00000u | ((h & 0x3FFu) << 13);
+  const float value = __half2float(__ushort_as_half(x));
+  return (h & 0x7FFFu) > 0x7C00u ? __uint_as_float(nan_bits) : value;
+}
+
+// f rounded to the dtype and back: what the CPU's separate dtype operations leave in float32. A NaN
+// stays a NaN; its payload may differ from the CPU's, which nothing observes (bf16 NaN results are
+// canonical whatever the input), but an fp16 NaN keeps its sign, which narrow<F16> writes out.
+template <class Tr>
+__device__ inline float round_to(float f) {
+  return Tr::to_f32(Tr::from_f32(f));
+}
+template <>
+__device__ inline float round_to<F32>(float f) {
+  return f;
+}
+template <>
+__device__ inline float round_to<BF16>(float f) {
+  return __low2float(to_bf16_pair(f, f));
+}
+template <>
+__device__ inline float round_to<F16>(float f) {
+  return f != f ? f : __half2float(__float2half_rn(f));
+}
+
+// round_to() of two values at once: one paired conversion for the 16-bit formats.
+template <class Tr>
+__device__ inline void round_pair(float& a, float& b) {
+  a = round_to<Tr>(a);
+  b = round_to<Tr>(b);
+}
+template <>
+__device__ inline void round_pair<BF16>(float& a, float& b) {
+  const __nv_bfloat162 r = to_bf16_pair(a, b);
+  a = __low2float(r);
+  b = __high2float(r);
+}
+template <>
+__device__ inline void round_pair<F16>(float& a, float& b) {
+  const __half2 r = __floats2half2_rn(a, b);
+  a = a != a ? a : __low2float(r);
+  b = b != b ? b : __high2float(r);
+}
 
 // s = scale * u - offset; mean = float32(s) / float32(nranks), one correctly rounded division.
 struct MeanArgs {
@@ -41,8 +122,8 @@ struct ApplyArgs {
 
 template <class Tr>
 __device__ inline typename Tr::T lion_update(typename Tr::T x, float delta, const ApplyArgs& a) {
-  const float x1 = Tr::to_f32(Tr::from_f32(__fmul_rn(Tr::to_f32(x), a.factor)));
-  return Tr::from_f32(__fsub_rn(x1, __fmul_rn(a.lr, delta)));
+  const float x1 = round_to<Tr>(__fmul_rn(widen<Tr>(x), a.factor));
+  return narrow<Tr>(__fsub_rn(x1, __fmul_rn(a.lr, delta)));
 }
 
 // Lion's coefficients, each computed in double on the host and rounded to float32 (kernel_table.h).
@@ -50,18 +131,16 @@ struct LionArgs {
   float beta1, one_minus_beta1, beta2, one_minus_beta2;
 };
 
-template <class Tr>
-__device__ inline float round_to(float f) {
-  return Tr::to_f32(Tr::from_f32(f));
-}
-
 // c = β1·m + (1−β1)·g for the vote, and the new momentum β2·m + (1−β2)·g, rounding like lion_impl.h.
 template <class Tr>
 __device__ inline float lion_step(typename Tr::T g, typename Tr::T& m, const LionArgs& p) {
-  const float gi = Tr::to_f32(g), mi = Tr::to_f32(m);
-  const float c = round_to<Tr>(__fadd_rn(round_to<Tr>(__fmul_rn(mi, p.beta1)), round_to<Tr>(__fmul_rn(gi, p.one_minus_beta1))));
-  m = Tr::from_f32(__fadd_rn(round_to<Tr>(__fmul_rn(mi, p.beta2)), round_to<Tr>(__fmul_rn(gi, p.one_minus_beta2))));
-  return c;
+  const float gi = widen<Tr>(g), mi = widen<Tr>(m);
+  float c_m = __fmul_rn(mi, p.beta1), c_g = __fmul_rn(gi, p.one_minus_beta1);
+  float m_m = __fmul_rn(mi, p.beta2), m_g = __fmul_rn(gi, p.one_minus_beta2);
+  round_pair<Tr>(c_m, c_g);
+  round_pair<Tr>(m_m, m_g);
+  m = narrow<Tr>(__fadd_rn(m_m, m_g));
+  return round_to<Tr>(__fadd_rn(c_m, c_g));
 }
 
 }  // namespace pride::bits::cuda::device
