@@ -43,6 +43,7 @@ run "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nc
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path host --json "$RESULTS/dlion.jsonl"
 run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
+run "$BUILD/perf/kernels/bench_cuda_kernels" -d float16
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
 run env PRIDE_ALGO=allgather "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
 # Issue 14's nccl-tests-style rows over NCCL, 4 KiB to 256 MiB.
