@@ -281,11 +281,17 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
         any_abstention_on_device(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords, step.device, stream);
   }
   if (step.votes == LionVotes::kTernary) b.input.wants_ternary = true;
+  SignOptions options = step.options;
+  if (comm.num_nodes() == 1) options.segment_bytes = kOneHostSegmentBytes;  // every rank sees the same
+  // The call's fingerprint rides on the agreement, as on the CPU path (distributed_lion.cc): when every
+  // rank sent the same, the exchange skips its own check, one round trip less per bucket. Ranks that
+  // differ in a setting (PRIDE_ALGO, ...) go through that check, which names the difference. The NCCL
+  // transport keeps its own check either way.
+  b.input.call_digest = sign_call_digest(comm, b.size, options, kSignInputOptimizerBucket);
   b.agreed = agree_on_bucket(comm, b.input);
   if (!b.agreed.layouts_agree) return;
-  SignOptions options = step.options;
   options.votes = b.agreed.votes;
-  if (comm.num_nodes() == 1) options.segment_bytes = kOneHostSegmentBytes;  // every rank sees the same
+  options.call_agreed = b.agreed.calls_agree;
   if (options.votes == VoteKind::kTernary && !packed_ternary) {
     check_launch(bits::cuda::binary_as_ternary_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
                                                       stream),
