@@ -62,7 +62,7 @@ def sweep_sizes(args):
 def sweep_input(rank, n, size_index):
     """Rank `rank`'s input for one size of the sweep: small integers, so sums are exact in any order."""
     g = torch.Generator().manual_seed(1000 * size_index + rank)
-    return torch.randint(-8, 9, (n,), generator=g).float()
+    return torch.randint(-8, 9, (n,), generator=g, dtype=torch.float32)
 
 
 def sweep(rank, args, device, nccl, host, timed):
@@ -220,8 +220,8 @@ def main():
     args = parser.parse_args()
     if (args.minbytes is None) != (args.maxbytes is None):
         parser.error("a sweep needs both -b and -e")
-    if args.minbytes is not None and (args.maxbytes < args.minbytes or args.stepfactor < 2):
-        parser.error("a sweep needs -b <= -e and -f >= 2")
+    if args.minbytes is not None and (args.minbytes < 4 or args.maxbytes < args.minbytes or args.stepfactor < 2):
+        parser.error("a sweep needs 4 <= -b <= -e (bytes of fp32 elements) and -f >= 2")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device")
     args.env = False

@@ -60,7 +60,7 @@ namespace {
 enum HeaderField : size_t {
   kDigestLow, kDigestHigh, kInvertedLow, kInvertedHigh,  // d and ~d in two halves each
   kCallLow, kCallHigh, kCallInvertedLow, kCallInvertedHigh,  // the same for the call digest
-  kWantsTernary, kLacksGrad, kCannotRevote, kLongestList, kHeaderFields
+  kWantsTernary, kLacksGrad, kCannotRevote, kLongestList, kOffDevice, kHeaderFields
 };
 
 // Every rank's list of abstaining elements, each padded to `longest` with ~0, all-gathered; their union.
@@ -92,6 +92,7 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
   header[kLacksGrad] = lacks_grad ? 1 : 0;
   header[kCannotRevote] = in.can_revote ? 0 : 1;
   header[kLongestList] = in.can_revote ? uint32_t(in.abstaining.size()) : 0;
+  header[kOffDevice] = in.device_memory ? 0 : 1;
   allreduce(comm, header.data(), header.size(), ScalarType::kUInt32, ReduceOp::kMax);
 
   BucketAgreement out;
@@ -102,6 +103,7 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
   const uint32_t longest = header[kLongestList];
   const bool ternary = header[kWantsTernary] != 0 || (longest > 0 && header[kCannotRevote] != 0);
   out.votes = ternary ? VoteKind::kTernary : VoteKind::kBinary;
+  out.all_device_memory = header[kOffDevice] == 0;
   out.any_grad = in.has_grad;
   if (header[kLacksGrad]) allreduce(comm, out.any_grad.data(), out.any_grad.size(), ScalarType::kUInt8, ReduceOp::kMax);
   if (!ternary && longest > 0) out.revote = union_of_lists(comm, in.abstaining, longest);

@@ -1,6 +1,6 @@
 // What the ranks agree on before one bucket of DistributedLion's votes travels (SPEC §2, "The optimizer
 // is exact by default"; docs/design.md, "Exact votes and missing gradients"). One MAX-allreduce of a
-// fixed 12 × uint32 header per bucket carries:
+// fixed 13 × uint32 header per bucket carries:
 //   - the layout digest (every parameter's shape, dtype and place, and the hyper-parameters), sent as d
 //     and ~d: under MAX both come back intact only if every rank sent the same d, so every rank learns
 //     at once that the ranks run different models (and the header's size never depends on the layout);
@@ -13,6 +13,8 @@
 //   - whether some rank lacks a gradient in this bucket. Only then a second MAX-allreduce, one byte per
 //     tensor of the bucket, tells which tensors have a gradient on any rank: one that has none anywhere
 //     takes no step at all (no weight decay either), as in torch's optimizers;
+//   - whether every rank's planes travel from GPU memory (the CUDA step's device-memory path): only then
+//     does the bucket go in one segment on one host (distributed_lion_cuda.cc);
 //   - the longest list of abstaining elements any rank has, when each has only a few. Only then an
 //     all-gather of the lists (padded to that length) gives every rank their union U, and the bucket
 //     travels as binary votes with U re-voted as ternary ones (sparse_abstentions.h): the exact result
@@ -62,12 +64,14 @@ struct BucketInput {
   // re-vote them; a rank that cannot sets wants_ternary for any abstention instead.
   bool can_revote = false;
   std::vector<uint32_t> abstaining;
+  bool device_memory = false;      // this rank's planes travel from GPU memory (CUDA, UCX device path)
 };
 
 struct BucketAgreement {
   bool layouts_agree = true;       // false: nothing else below is meaningful, and nothing may be sent
   bool calls_agree = false;        // every rank sent the same call_digest
   VoteKind votes = VoteKind::kBinary;
+  bool all_device_memory = false;  // every rank's planes travel from GPU memory
   std::vector<uint8_t> any_grad;   // per tensor of the bucket: 1 if some rank has its gradient
   // Binary votes only: the union of every rank's abstaining elements, ascending, to re-vote as ternary
   // votes (sign_allreduce_revoting). Empty: plain binary votes are exact.

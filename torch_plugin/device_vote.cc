@@ -12,6 +12,13 @@
 
 namespace pride::torch_plugin {
 
+DataPath ucx_data_path(Communicator& comm, size_t numel, SignOptions& options) {
+  const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
+  options.algorithm = choose_sign_algorithm(comm, plan, numel, options);  // it decides the data path
+  return choose_data_path(Settings::get().cuda_path, comm.transport().carries(MemoryType::kCuda), options.algorithm,
+                          comm.rank());
+}
+
 SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
                         const DeviceVote& where) {
 #ifdef PRIDE_WITH_NCCL_TRANSPORT
@@ -27,9 +34,7 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
   (void)nccl;
 #endif
   const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
-  options.algorithm = choose_sign_algorithm(comm, plan, numel, options);  // it decides the data path
-  const DataPath path = choose_data_path(Settings::get().cuda_path, comm.transport().carries(MemoryType::kCuda),
-                                         options.algorithm, comm.rank());
+  const DataPath path = ucx_data_path(comm, numel, options);
   if (path == DataPath::kDeviceMemory) {
     CudaPlaneOps ops(where.device, where.stream, comm.rank());
     return sign_allreduce_planes(comm, ops, where.votes, numel, options, dtype_code, numel > 0 ? where.planes : nullptr)

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "collectives/engine/sign/data_path.h"
 #include "collectives/engine/sign/sign_allreduce.h"
 
 namespace pride::torch_plugin {
@@ -31,5 +32,9 @@ struct DeviceVote {
 // the caller asked (kAuto: chosen here). Returns once the result planes are written (any stream may read them).
 SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
                         const DeviceVote& where);
+
+// The data path a UCX exchange of `numel` votes with these options takes on this rank (vote_on_device
+// decides the same way); `options.algorithm` is set to the algorithm it runs. Other ranks may differ.
+DataPath ucx_data_path(Communicator& comm, size_t numel, SignOptions& options);
 
 }  // namespace pride::torch_plugin

@@ -58,12 +58,14 @@ namespace {
 using bits::cuda::TensorSlice;
 constexpr size_t kWord = 64;
 
-// Packed bytes per pipeline segment of a bucket's exchange when every rank is on one host: the whole
-// bucket's planes in one segment (a 1 GiB fp32 bucket packs to 32 MiB a plane). There the planes move
-// GPU to GPU at about 1.3 TB/s, so segments hide nothing, and each one costs a few waits on the other
-// ranks' streams: with ranks sharing a GPU each such wait is a context switch. 4 ranks on one H200,
-// 350M fp32 parameters in 1 GiB buckets: 36.1 ms a step with the engine's 4 MiB segments, 17.7 ms with
-// these (docs/performance.md). Across hosts the engine's small segments stay: they pipeline the link.
+// Packed bytes per pipeline segment of a bucket's exchange when every rank is on one host and sends
+// its planes from GPU memory: the whole bucket's planes in one segment (a 1 GiB fp32 bucket packs to
+// 32 MiB a plane). There the planes move GPU to GPU at about 1.3 TB/s, so segments hide nothing, and
+// each one costs a few waits on the other ranks' streams: with ranks sharing a GPU each such wait is a
+// context switch. 4 ranks on one H200, 350M fp32 parameters in 1 GiB buckets: 36.1 ms a step with the
+// engine's 4 MiB segments, 17.7 ms with these (docs/performance.md). Across hosts the engine's small
+// segments stay (they pipeline the link), and so they do on host staging, whose scratch would grow to
+// the bucket's size and stay allocated in the communicator's workspace.
 constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -282,15 +284,25 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
   }
   if (step.votes == LionVotes::kTernary) b.input.wants_ternary = true;
   SignOptions options = step.options;
-  if (comm.num_nodes() == 1) options.segment_bytes = kOneHostSegmentBytes;  // every rank sees the same
+  // One segment per bucket only where every rank is on one host and on the device-memory path: each
+  // rank proposes its own path's size in its digest, and the agreement tells which size all use.
+  auto segment_bytes = [&comm](bool device_memory) {
+    return comm.num_nodes() == 1 && device_memory ? kOneHostSegmentBytes : size_t{0};
+  };
+  if (step.nccl == nullptr) {
+    SignOptions probe = options;
+    b.input.device_memory = ucx_data_path(comm, b.size, probe) == DataPath::kDeviceMemory;
+  }
+  options.segment_bytes = segment_bytes(b.input.device_memory);
   // The call's fingerprint rides on the agreement, as on the CPU path (distributed_lion.cc): when every
   // rank sent the same, the exchange skips its own check, one round trip less per bucket. Ranks that
-  // differ in a setting (PRIDE_ALGO, ...) go through that check, which names the difference. The NCCL
-  // transport keeps its own check either way.
+  // differ in a setting (PRIDE_ALGO, the data path, ...) go through that check, which names any
+  // difference left. The NCCL transport keeps its own check either way.
   b.input.call_digest = sign_call_digest(comm, b.size, options, kSignInputOptimizerBucket);
   b.agreed = agree_on_bucket(comm, b.input);
   if (!b.agreed.layouts_agree) return;
   options.votes = b.agreed.votes;
+  options.segment_bytes = segment_bytes(b.agreed.all_device_memory);
   options.call_agreed = b.agreed.calls_agree;
   if (options.votes == VoteKind::kTernary && !packed_ternary) {
     check_launch(bits::cuda::binary_as_ternary_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,

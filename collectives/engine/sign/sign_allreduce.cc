@@ -229,7 +229,8 @@ struct SignCall {
 
 SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOptions& options, uint32_t dtype_code) {
   PRIDE_CHECK_ARG(options.segment_bytes == 0 || options.segment_bytes >= 64,
-                  "sign_allreduce: segment_bytes must be 0 (the default) or at least 64, got ", options.segment_bytes);
+                  "pride rank {}/{}: sign_allreduce: segment_bytes must be 0 (the default) or at least 64, got {}",
+                  comm.rank(), comm.size(), options.segment_bytes);
   SignCall call;
   call.plan = SignPlan::make(comm.size(), options.mode, options.votes);
   call.algorithm = choose_sign_algorithm(comm, call.plan, numel, options);
@@ -238,7 +239,10 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
-  call.segment_words = std::max<size_t>(1, sign_segment_bytes(call.algorithm, comm.num_nodes(), options.segment_bytes) / 8);
+  // A segment never exceeds the tensor: sizes beyond it mean the same call, and the fingerprint's
+  // segment field then stays below kFingerprintTritResults' bit for any tensor under 2^43 elements.
+  call.segment_words = std::clamp<size_t>(sign_segment_bytes(call.algorithm, comm.num_nodes(), options.segment_bytes) / 8,
+                                          1, std::max<size_t>(1, bits::words_for(numel)));
   Fingerprint& fp = call.fingerprint;
   fp.op = kSignAllreduceOp;
   fp.dtype = dtype_code;
