@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <tuple>
 
 #include "backend/common/settings.h"
 #include "collectives/bits/cuda/kernels.h"
@@ -24,6 +25,9 @@ struct CudaLionWorkspace::Buffers {
   at::Tensor votes, planes;              // device, int64 words: every bucket's vote and result planes
   at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path (only with a group)
   at::Tensor slices_host, slices;        // the slice tables, pinned and on the device
+  // Exact votes with a group: per bucket, whether some element must abstain, found on the device and
+  // copied to the pinned twin in the caller's stream order, before the bucket's `packed` event.
+  at::Tensor abstains, abstains_host;
   cudaEvent_t last_use = nullptr;        // the end of the last step's use of the pinned buffers
   // The worker's stream for the votes, the same one every step: the caching allocator keeps its blocks
   // per stream, so the exchange's scratch planes come back at the same addresses, and the peers' UCX
@@ -224,6 +228,10 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   if (backend != nullptr) {
     ensure_words(ws.votes_host, vote_words, pinned);
     ensure_words(ws.planes_host, plane_words, pinned);
+    if (votes == LionVotes::kExact) {  // one int per bucket, in int64 words
+      ensure_words(ws.abstains, (buckets.size() + 1) / 2, on_device);
+      ensure_words(ws.abstains_host, (buckets.size() + 1) / 2, pinned);
+    }
   }
   const size_t table_bytes = (lion_slices.size() + apply_slices.size()) * sizeof(TensorSlice);
   ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, pinned);
@@ -262,25 +270,18 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
 
 namespace {
 
-// Whether some element of the bucket's voting slices must abstain (neither bit set), decided on the
-// device: only a flag comes back to the host.
-bool any_abstention_on_device(const TensorSlice* lion_slices, size_t nslices, const uint64_t* pos,
-                              const uint64_t* neg, c10::Device device, cudaStream_t stream) {
-  at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
-  check_launch(bits::cuda::find_abstentions_slices(lion_slices, nslices, pos, neg, flag.data_ptr<int>(), stream),
-               "find_abstentions");
-  return flag.item<int>() != 0;  // item() copies on the current stream (the caller's `stream`) and waits
-}
-
 // One bucket's vote, on the worker: the agreement, then the exchange and count of its planes by the
 // transport and data path that apply (device_vote.h), the result planes left on the device.
 void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uint64_t* votes, uint64_t* planes,
-                    uint64_t* votes_host, uint64_t* planes_host, const TensorSlice* lion_table) {
+                    uint64_t* votes_host, uint64_t* planes_host, const TensorSlice* lion_table, cudaEvent_t packed,
+                    const int* abstains_host) {
   const cudaStream_t stream = step.vote_stream.stream();
   const bool packed_ternary = step.votes != LionVotes::kBinary;
   if (step.votes == LionVotes::kExact) {
-    b.input.wants_ternary =
-        any_abstention_on_device(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords, step.device, stream);
+    // The flag was found and copied to pinned memory before `packed` (pack_vote_apply): one wait for
+    // the packing serves both, rather than a second wait on this stream for a kernel of its own.
+    C10_CUDA_CHECK(cudaEventSynchronize(packed));
+    b.input.wants_ternary = *abstains_host != 0;
   }
   if (step.votes == LionVotes::kTernary) b.input.wants_ternary = true;
   SignOptions options = step.options;
@@ -356,20 +357,31 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     }
     uint64_t* votes_host = words_of(ws.votes_host) + b.vote_offset;
     uint64_t* planes_host = words_of(ws.planes_host) + b.plane_offset;
+    int* abstains_host = nullptr;
+    if (step.votes == LionVotes::kExact) {  // whether some element must abstain, ready with the votes
+      int* flag = static_cast<int*>(ws.abstains.data_ptr()) + k;
+      abstains_host = static_cast<int*>(ws.abstains_host.data_ptr()) + k;
+      C10_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+      check_launch(bits::cuda::find_abstentions_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
+                                                       flag, stream),
+                   "find_abstentions");
+      C10_CUDA_CHECK(cudaMemcpyAsync(abstains_host, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    }
     cudaEvent_t packed = ws.packed[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
     BucketPlan* bucket = &b;  // `buckets` is not resized while tasks run; the step waits for every one
     // The task holds the pinned buffers too: they live as long as anything may touch them.
     b.work = backend->run_on_worker(
         "pride:distributed_lion", {},
-        [packed, votes, planes, votes_host, planes_host, bucket, &step, layouts_differ, lion_table,
-         keep = std::make_pair(ws.votes_host, ws.planes_host)](Communicator& comm) {
+        [packed, votes, planes, votes_host, planes_host, abstains_host, bucket, &step, layouts_differ, lion_table,
+         keep = std::make_tuple(ws.votes_host, ws.planes_host, ws.abstains_host)](Communicator& comm) {
           (void)keep;
           if (layouts_differ->load()) return;
           c10::cuda::CUDAGuard device_guard(step.device);
           c10::cuda::CUDAStreamGuard stream_guard(step.vote_stream);  // the worker's allocations and copies
           C10_CUDA_CHECK(cudaStreamWaitEvent(step.vote_stream.stream(), packed, 0));
-          vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table);
+          vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table, packed,
+                         abstains_host);
           if (!bucket->agreed.layouts_agree) layouts_differ->store(true);
         });
   }
