@@ -175,14 +175,17 @@ TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
         finish(cuda::apply_vote(dx.get(), dtype, n, dpos.words(), dtie.words(), 3e-4, wd, nullptr));
         expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()), "apply_vote n=" + std::to_string(n));
       }
-      const int64_t nranks = 5;
-      const int planes = planes_for(nranks);
-      const auto count = random_counter(n, planes, nranks);
-      auto want = x0;
-      apply_mean(want.data(), dtype, n, count.data(), planes, 2, nranks, nranks, 1e-3, 0.01);
-      DeviceBuffer dx(x0, offset(dtype)), dc(count);
-      finish(cuda::apply_mean(dx.get(), dtype, n, dc.words(), planes, 2, nranks, nranks, 1e-3, 0.01, nullptr));
-      expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()), "apply_mean n=" + std::to_string(n));
+      // 5 ranks: the kernel's shared-memory table of means; 2500 (12 planes): past it, a division each.
+      for (int64_t nranks : {5, 2500}) {
+        const int planes = planes_for(nranks);
+        const auto count = random_counter(n, planes, nranks);
+        auto want = x0;
+        apply_mean(want.data(), dtype, n, count.data(), planes, 2, nranks, nranks, 1e-3, 0.01);
+        DeviceBuffer dx(x0, offset(dtype)), dc(count);
+        finish(cuda::apply_mean(dx.get(), dtype, n, dc.words(), planes, 2, nranks, nranks, 1e-3, 0.01, nullptr));
+        expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()),
+                             "apply_mean N=" + std::to_string(nranks) + " n=" + std::to_string(n));
+      }
     }
   }
 }

@@ -23,6 +23,8 @@ struct VoteDelta {
   __device__ VoteDelta offset(uint64_t word) const {
     return {pos32 + 2 * word, tie32 ? tie32 + 2 * word : nullptr};
   }
+  size_t table_bytes() const { return 0; }
+  __device__ VoteDelta with_table(float*) const { return *this; }
 };
 
 template <class Tr>
@@ -31,15 +33,27 @@ struct MeanDelta {
   int planes;
   size_t plane_halves;
   MeanArgs m;
+  const float* table = nullptr;  // in shared memory, once with_table() built it: Δ per count value
   template <class T>
   __device__ void at(size_t first, float (&delta)[kVec<T>]) const {
     uint32_t u[kVec<T>];
     counts_at<T>(count32, planes, plane_halves, first, u);
     // Δ is the mean rounded to the dtype first, as if unpack_mean had produced a delta tensor.
 #pragma unroll
-    for (int k = 0; k < kVec<T>; ++k) delta[k] = round_to<Tr>(mean_value(u[k], m));
+    for (int k = 0; k < kVec<T>; ++k) delta[k] = table ? table[u[k]] : round_to<Tr>(mean_value(u[k], m));
   }
-  __device__ MeanDelta offset(uint64_t word) const { return {count32 + 2 * word, planes, plane_halves, m}; }
+  __device__ MeanDelta offset(uint64_t word) const { return {count32 + 2 * word, planes, plane_halves, m, table}; }
+  __host__ __device__ size_t table_bytes() const { return mean_table_bytes(planes, sizeof(float)); }
+  // Every thread of the block calls it (it synchronises the block): Δ for every count value in
+  // `shared` (table_bytes() of it), and a copy of this delta that reads them there.
+  __device__ MeanDelta with_table(float* shared) const {
+    if (table_bytes() == 0) return *this;
+    for (uint32_t u = threadIdx.x; u < (1u << planes); u += blockDim.x) shared[u] = round_to<Tr>(mean_value(u, m));
+    __syncthreads();
+    MeanDelta d = *this;
+    d.table = shared;
+    return d;
+  }
 };
 
 template <class Tr, class Delta>
@@ -60,17 +74,22 @@ __device__ void apply_range(typename Tr::T* x, size_t n, bool aligned, const Del
   }
 }
 
+// The mean's table, when it has one (MeanDelta::with_table), in dynamic shared memory.
+extern __shared__ __align__(16) float delta_table[];
+
 template <class Tr, class Delta>
 __global__ void apply_kernel(typename Tr::T* x, size_t n, bool aligned, Delta d, ApplyArgs a) {
-  apply_range<Tr>(x, n, aligned, d, a, size_t{blockIdx.x} * blockDim.x + threadIdx.x,
+  const Delta delta = d.with_table(delta_table);
+  apply_range<Tr>(x, n, aligned, delta, a, size_t{blockIdx.x} * blockDim.x + threadIdx.x,
                   size_t{gridDim.x} * blockDim.x);
 }
 
 template <class Tr, class Delta>
 __global__ void apply_slices_kernel(const TensorSlice* slices, size_t nslices, Delta d, ApplyArgs a) {
+  const Delta delta = d.with_table(delta_table);
   for (size_t s = blockIdx.x; s < nslices; s += gridDim.x) {
     const TensorSlice sl = slices[s];
-    apply_range<Tr>(static_cast<typename Tr::T*>(sl.inout), sl.count, sl.aligned != 0, d.offset(sl.word), a,
+    apply_range<Tr>(static_cast<typename Tr::T*>(sl.inout), sl.count, sl.aligned != 0, delta.offset(sl.word), a,
                     threadIdx.x, blockDim.x);
   }
 }
@@ -84,16 +103,16 @@ ApplyArgs apply_args(double lr, double wd) {
 template <class Tr, class Delta>
 cudaError_t launch(void* x, size_t n, const Delta& d, double lr, double wd, cudaStream_t stream) {
   const size_t nvec = (n + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>;
-  apply_kernel<Tr><<<grid_for(nvec), kThreads, 0, stream>>>(static_cast<typename Tr::T*>(x), n, aligned16(x), d,
-                                                            apply_args<Tr>(lr, wd));
+  apply_kernel<Tr><<<grid_for(nvec), kThreads, d.table_bytes(), stream>>>(static_cast<typename Tr::T*>(x), n,
+                                                                          aligned16(x), d, apply_args<Tr>(lr, wd));
   return cudaGetLastError();
 }
 
 template <class Tr, class Delta>
 cudaError_t launch_slices(const TensorSlice* slices, size_t nslices, const Delta& d, double lr, double wd,
                           cudaStream_t stream) {
-  apply_slices_kernel<Tr><<<grid_for(nslices * kThreads), kThreads, 0, stream>>>(slices, nslices, d,
-                                                                                  apply_args<Tr>(lr, wd));
+  apply_slices_kernel<Tr><<<grid_for(nslices * kThreads), kThreads, d.table_bytes(), stream>>>(
+      slices, nslices, d, apply_args<Tr>(lr, wd));
   return cudaGetLastError();
 }
 

@@ -100,6 +100,16 @@ __device__ inline float mean_value(uint32_t u, const MeanArgs& m) {
   return __fdiv_rn(__ll2float_rn(s), m.nranks);
 }
 
+// A count of `planes` planes takes one of 2^planes values, and so does the mean. With up to this many
+// planes (N up to 2047 ranks) the mean kernels tabulate them per block in shared memory first, so an
+// element costs a table read instead of a correctly rounded division (unpack_mean ran at 0.24 of a
+// copy's bandwidth on an H200 dividing per element). The table holds the values the division gives.
+constexpr int kMaxMeanTablePlanes = 11;
+
+__host__ __device__ inline size_t mean_table_bytes(int planes, size_t value_bytes) {
+  return planes <= kMaxMeanTablePlanes ? (size_t{1} << planes) * value_bytes : 0;
+}
+
 // The counts of one lane's elements [first, first + kVec<T>) from `planes` planes of half-words.
 template <class T>
 __device__ inline void counts_at(const uint32_t* count32, int planes, size_t plane_halves, size_t first,

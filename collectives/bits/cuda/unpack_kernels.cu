@@ -27,13 +27,7 @@ __global__ void unpack_vote_kernel(const uint32_t* pos32, const uint32_t* tie32,
   }
 }
 
-// A count of `planes` planes takes one of 2^planes values, and so does the mean. With up to
-// kMaxTablePlanes planes (N up to 2047 ranks) each block tabulates them in shared memory first, so
-// an element costs a table read instead of a correctly rounded division (the kernel ran at 0.24 of a
-// copy's bandwidth on an H200 dividing per element). The table holds the same values the division
-// gives, so the bits do not change.
-constexpr int kMaxTablePlanes = 11;
-
+// The means tabulated in shared memory when there are few planes (element_math.cuh, kMaxMeanTablePlanes).
 template <class Tr>
 __global__ void unpack_mean_kernel(const uint32_t* count32, int planes, size_t plane_halves, size_t n,
                                    MeanArgs m, typename Tr::T* y, bool aligned, bool tabulated) {
@@ -71,8 +65,8 @@ template <class Tr>
 cudaError_t launch_mean(const uint64_t* count, int planes, size_t n, const MeanArgs& m, void* y,
                         cudaStream_t stream) {
   const size_t nvec = (n + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>;
-  const bool tabulated = planes <= kMaxTablePlanes;
-  const size_t table_bytes = tabulated ? (size_t{1} << planes) * sizeof(typename Tr::T) : 0;
+  const size_t table_bytes = mean_table_bytes(planes, sizeof(typename Tr::T));
+  const bool tabulated = table_bytes != 0;
   unpack_mean_kernel<Tr><<<grid_for(nvec), kThreads, table_bytes, stream>>>(
       reinterpret_cast<const uint32_t*>(count), planes, 2 * words_for(n), n, m, static_cast<typename Tr::T*>(y),
       aligned16(y), tabulated);
