@@ -261,6 +261,11 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
       } catch (...) {
       }
     }
+    // A task that returned early never waited for its bucket's copies to the pinned buffers: the next
+    // step waits for them before it reuses or grows those buffers. Unchecked: the error being rethrown
+    // is the one to report.
+    if (!ws.last_use && cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming) != cudaSuccess) ws.last_use = nullptr;
+    if (ws.last_use) (void)cudaEventRecord(ws.last_use, step.stream);
     throw;
   }
   if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
@@ -290,9 +295,13 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
   auto segment_bytes = [&comm](bool device_memory) {
     return comm.num_nodes() == 1 && device_memory ? kOneHostSegmentBytes : size_t{0};
   };
-  if (step.nccl == nullptr) {
-    SignOptions probe = options;
-    b.input.device_memory = ucx_data_path(comm, b.size, probe) == DataPath::kDeviceMemory;
+  if (step.nccl == nullptr) {  // the vote kind is agreed below: claim device memory only if both kinds go there
+    b.input.device_memory = true;
+    for (VoteKind kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+      SignOptions probe = options;
+      probe.votes = kind;
+      b.input.device_memory = b.input.device_memory && ucx_data_path(comm, b.size, probe) == DataPath::kDeviceMemory;
+    }
   }
   options.segment_bytes = segment_bytes(b.input.device_memory);
   // The call's fingerprint rides on the agreement, as on the CPU path (distributed_lion.cc): when every
