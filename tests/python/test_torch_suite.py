@@ -44,18 +44,31 @@ if _monitored_barrier_refuses_plugins():
             "test_monitored_barrier_gloo_rank_0_timeout (ProcessGroup.monitored_barrier)")
 
 
-def run_suite(tmp_path, name, backend, as_gloo=False):
+def start_suite(tmp_path, name, backend, as_="", world_size=3, env_extra=None, select=None):
+    """Starts one run of the suite (a subprocess); finish_suite() waits for it and reads its report."""
     xml = tmp_path / f"{name}.xml"
     temp_dir = tmp_path / f"{name}-tmp"
     temp_dir.mkdir()
-    env = dict(os.environ, BACKEND=backend, WORLD_SIZE="3", TEMP_DIR=str(temp_dir),
-               PRIDE_SUITE_AS_GLOO="1" if as_gloo else "0", PYTORCH_PRINT_REPRO_ON_FAILURE="0")
+    env = dict(os.environ, BACKEND=backend, WORLD_SIZE=str(world_size), TEMP_DIR=str(temp_dir),
+               PRIDE_SUITE_AS=as_, PRIDE_SUITE_AS_GLOO="0", PYTORCH_PRINT_REPRO_ON_FAILURE="0", **(env_extra or {}))
     deselect = [f"--deselect={SUITE}::TestDistBackendWithSpawn::{t}" for t in KNOWN_SKIPS]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", ROOT, SUITE,
-                           f"--junitxml={xml}", *deselect], env=env, capture_output=True, text=True, timeout=1200,
-                          cwd=ROOT)
+    selection = ["-k", select] if select else []
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", ROOT, SUITE,
+                             f"--junitxml={xml}", *deselect, *selection], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    return name, xml, proc
+
+
+def finish_suite(run, timeout=1200):
+    name, xml, proc = run
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the {name} run took over {timeout} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     if not xml.exists():
-        pytest.fail(f"the {name} run produced no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        pytest.fail(f"the {name} run produced no report:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     results = {}
     for case in ET.parse(xml).iter("testcase"):
         status, message = "passed", ""
@@ -64,6 +77,10 @@ def run_suite(tmp_path, name, backend, as_gloo=False):
                 status, message = child.tag, (child.get("message") or "")[:300]
         results[case.get("name")] = (status, message)
     return results
+
+
+def run_suite(tmp_path, name, backend, as_gloo=False):
+    return finish_suite(start_suite(tmp_path, name, backend, as_="gloo" if as_gloo else ""))
 
 
 def test_every_cpu_test_gloo_passes_passes_on_pride(tmp_path):
@@ -82,3 +99,33 @@ def test_every_cpu_test_gloo_passes_passes_on_pride(tmp_path):
     assert not missing, f"tests Gloo passes that pride does not: {missing}"
     print(f"Gloo passes {len(gloo_passes)}; pride passes all of them "
           f"({sum(s == 'passed' for s, _ in pride.values())} under its own name)")
+
+
+# The CUDA tests of torch's suite on NCCL's paths (issue 14): names with "cuda" or "nccl" (44 in torch
+# 2.11), unless PRIDE_SUITE_K selects others. On one GPU the ranks share it, each a host of its own.
+CUDA_SELECTION = os.environ.get("PRIDE_SUITE_K", "cuda or nccl")
+
+
+@pytest.mark.gpu
+def test_every_cuda_test_nccl_passes_passes_on_pride(tmp_path):
+    """Every test of the selection that torch's ProcessGroupNCCL passes here passes on pride run as NCCL
+    (its CUDA tensors over pride's NCCL transport). The two runs go side by side, 2 ranks each."""
+    pytest.importorskip("expecttest")
+    import torch
+
+    if not torch.cuda.is_available() or not torch.distributed.is_nccl_available():
+        pytest.skip("needs a CUDA device and torch's NCCL (scripts/device_test.sh runs it on the GPU machine)")
+    if os.environ.get("PRIDE_TORCH_SUITE_CUDA") != "1":  # minutes of spawned ranks: a device call of its own
+        pytest.skip("set PRIDE_TORCH_SUITE_CUDA=1 (docs/device-runs.md: PRIDE_TORCH_SUITE_CUDA=1 bash "
+                    "scripts/device_test.sh --suite pytest --pytest-k every_cuda_test_nccl --budget 540)")
+    one_gpu = {"PRIDE_SUITE_ONE_GPU": "1"} if torch.cuda.device_count() < 2 else {}
+    runs = [start_suite(tmp_path, "nccl", "nccl", world_size=2, env_extra=one_gpu, select=CUDA_SELECTION),
+            start_suite(tmp_path, "pride-as-nccl", "pride", as_="nccl", world_size=2, env_extra=one_gpu,
+                        select=CUDA_SELECTION)]
+    nccl, as_nccl = (finish_suite(run, timeout=1500) for run in runs)
+    nccl_passes = sorted(t for t, (status, _) in nccl.items() if status == "passed")
+    assert nccl_passes, f"NCCL passed none of the selection: the reference run is broken: {nccl}"
+    missing = {t: as_nccl.get(t, ("absent", "")) for t in nccl_passes if as_nccl.get(t, ("absent",))[0] != "passed"}
+    assert not missing, f"tests NCCL passes that pride does not: {missing}"
+    print(f"NCCL passes {len(nccl_passes)} of {len(nccl)} selected; pride as NCCL passes all of them "
+          f"({sum(s == 'passed' for s, _ in as_nccl.values())} in all)")

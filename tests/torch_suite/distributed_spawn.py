@@ -6,6 +6,12 @@ spawned per test, over a FileStore. Run by tests/python/test_torch_suite.py, or 
 
 BACKEND=gloo runs the same tests on torch's Gloo, the reference: every CPU test Gloo passes must pass
 on pride. pride is registered in every DistTestCases feature set that Gloo is in.
+
+On a GPU machine, BACKEND=nccl runs them on torch's ProcessGroupNCCL, and BACKEND=pride with
+PRIDE_SUITE_AS=nccl runs the same tests as NCCL's, on pride groups whose CUDA tensors go over pride's
+NCCL transport (issue 14): every test NCCL passes must pass there. With PRIDE_SUITE_ONE_GPU=1 the ranks
+share the one GPU, each as a host of its own to NCCL (NCCL_HOSTID), as pride's NCCL tests run. Both
+start each rank afresh (spawn): the decorators evaluated at import have asked CUDA for its devices.
 """
 
 import os
@@ -27,28 +33,41 @@ for collective, backends in DistTestCases.skip_collective.items():
     if "gloo" in backends:
         backends.add("pride")
 
-if os.environ.get("BACKEND") not in ("pride", "gloo"):
-    sys.exit("distributed_spawn.py: set BACKEND=pride (or gloo, the reference)")
+if os.environ.get("BACKEND") not in ("pride", "gloo", "nccl"):
+    sys.exit("distributed_spawn.py: set BACKEND=pride (or gloo or nccl, the references)")
 
-# PRIDE_SUITE_AS_GLOO=1: the tests that torch gates on the backend's NAME being "gloo" (decorators
-# evaluated at import, e.g. require_backend_is_available({"gloo"})) run too. The module is imported
-# as for Gloo, then the process groups are created with pride (the module's BACKEND, which _run
-# passes to init_process_group and the test bodies read).
-_as_gloo = os.environ.get("PRIDE_SUITE_AS_GLOO") == "1" and os.environ["BACKEND"] == "pride"
-if _as_gloo:
-    os.environ["BACKEND"] = "gloo"
+# PRIDE_SUITE_AS=gloo (or PRIDE_SUITE_AS_GLOO=1): the tests that torch gates on the backend's NAME being
+# "gloo" (decorators evaluated at import, e.g. require_backend_is_available({"gloo"})) run too. The
+# module is imported as for Gloo, then the process groups are created with pride (the module's
+# BACKEND, which _run passes to init_process_group and the test bodies read). PRIDE_SUITE_AS=nccl does
+# the same with NCCL's name, so that the tests take NCCL's CUDA paths.
+_as = os.environ.get("PRIDE_SUITE_AS", "gloo" if os.environ.get("PRIDE_SUITE_AS_GLOO") == "1" else "")
+if _as not in ("", "gloo", "nccl"):
+    sys.exit(f"distributed_spawn.py: PRIDE_SUITE_AS must be gloo or nccl, got {_as!r}")
+_as = _as if os.environ["BACKEND"] == "pride" else ""
+if _as == "nccl":
+    for feature, backends in DistTestCases.backend_feature.items():
+        if "nccl" in backends:
+            backends.add("pride")
+if _as:
+    os.environ["BACKEND"] = _as
 import torch.testing._internal.distributed.distributed_test as distributed_test  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
 
 
-class _PrideAsGloo(str):
-    """ "pride" where the backend is used (init_process_group, sets of backends), yet equal to "gloo" in
-    the test bodies' `BACKEND == "gloo"` checks, so that they take Gloo's CPU paths, as their decorators
-    did at import."""
+class _PrideAs(str):
+    """ "pride" where the backend is used (init_process_group, sets of backends), yet equal to the
+    reference's name ("gloo" or "nccl") in the test bodies' `BACKEND == ...` checks, so that they take
+    that backend's paths, as their decorators did at import."""
+
+    def __new__(cls, reference):
+        self = super().__new__(cls, "pride")
+        self.reference = reference
+        return self
 
     def __eq__(self, other):
-        return str.__eq__(self, other) or other == "gloo"
+        return str.__eq__(self, other) or other == self.reference
 
     def __ne__(self, other):
         return not self.__eq__(other)
@@ -56,15 +75,25 @@ class _PrideAsGloo(str):
     __hash__ = str.__hash__
 
 
-if _as_gloo:
+if _as:
     os.environ["BACKEND"] = "pride"
-    distributed_test.BACKEND = _PrideAsGloo("pride")
+    distributed_test.BACKEND = _PrideAs(_as)
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    @classmethod
+    def _run(cls, rank, *args, **kwargs):
+        if os.environ.get("PRIDE_SUITE_ONE_GPU") == "1":  # in the rank's process, before any group
+            os.environ["NCCL_HOSTID"] = f"pride-suite-host-{rank}"
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+            os.environ.setdefault("NCCL_IB_DISABLE", "1")
+            os.environ.setdefault("PRIDE_CUDA_TRANSPORT", "nccl")
+        super()._run(rank, *args, **kwargs)
+
     def setUp(self):
         super().setUp()
-        if os.environ.get("PRIDE_SUITE_START", "fork") == "spawn":
+        spawn = os.environ.get("PRIDE_SUITE_START", "fork") == "spawn" or os.environ["BACKEND"] == "nccl" or _as == "nccl"
+        if spawn:
             self._spawn_processes()  # as torch's runner does: every rank imports torch afresh (slow)
         else:
             # fork: the ranks inherit the imported modules (about 1 s per test instead of 10 on two
