@@ -84,10 +84,17 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     @classmethod
     def _run(cls, rank, *args, **kwargs):
         if os.environ.get("PRIDE_SUITE_ONE_GPU") == "1":  # in the rank's process, before any group
-            os.environ["NCCL_HOSTID"] = f"pride-suite-host-{rank}"
+            os.environ["NCCL_HOSTID"] = f"pride-suite-host-{rank}"  # each rank a host of its own to NCCL
             os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
             os.environ.setdefault("NCCL_IB_DISABLE", "1")
+            os.environ.setdefault("NCCL_MNNVL_ENABLE", "0")
             os.environ.setdefault("PRIDE_CUDA_TRANSPORT", "nccl")
+            # torch's gates want a GPU per rank (_run and skip_if_no_gpu compare device_count() with
+            # WORLD_SIZE) and init_multigpu_helper divides the GPUs among the ranks (none each here):
+            # every rank gets GPU 0 instead. c10d's own device choice reads the C++ count, untouched.
+            ranks, real = int(os.environ["WORLD_SIZE"]), torch.cuda.device_count()
+            torch.cuda.device_count = lambda: max(real, ranks)
+            distributed_test.init_multigpu_helper = lambda world_size, backend: {r: [0] for r in range(world_size)}
         super()._run(rank, *args, **kwargs)
 
     def setUp(self):
