@@ -39,6 +39,17 @@ from bench_common import init_pride_group, launch, print_side_by_side, side_by_s
 SIGN_ALGORITHMS = ("direct", "ring", "tree", "allgather", "hier", "nccl_direct", "nccl_allgather")
 
 
+def side_by_side_cases(work, nccl):
+    """The three cases, in place on `work`: NCCL's fp32 allreduce, pride's, and pride's sign-allreduce."""
+    import pride
+
+    return {
+        "nccl all_reduce fp32": lambda: dist.all_reduce(work, group=nccl),
+        "pride all_reduce fp32": lambda: dist.all_reduce(work),
+        "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
+    }
+
+
 def parse_bytes(text):
     """'4', '64K', '256M', '1G' -> bytes (powers of 1024, as nccl-tests reads them)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -73,11 +84,7 @@ def sweep(rank, args, device, nccl, host, timed):
     for index, n in enumerate(sweep_sizes(args)):
         source = sweep_input(rank, n, index).to(device)
         work = source.clone()
-        cases = {
-            "nccl all_reduce fp32": lambda: dist.all_reduce(work, group=nccl),
-            "pride all_reduce fp32": lambda: dist.all_reduce(work),
-            "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
-        }
+        cases = side_by_side_cases(work, nccl)
         times = time_alternating(cases, timed, lambda: work.copy_(source), args.warmup, args.iters)
         inputs = [sweep_input(r, n, index) for r in range(args.ranks)]
         exact = torch.stack(inputs).sum(0)
@@ -166,11 +173,7 @@ def worker(rank, args, store_path, out_path):
     g = torch.Generator().manual_seed(rank)
     source = torch.randn(n, generator=g).to(device)
     work = source.clone()
-    cases = {
-        "nccl all_reduce fp32": lambda: dist.all_reduce(work, group=nccl),
-        "pride all_reduce fp32": lambda: dist.all_reduce(work),
-        "pride sign_allreduce": lambda: pride.sign_allreduce(work, mode="vote"),
-    }
+    cases = side_by_side_cases(work, nccl)
     times = time_alternating(cases, timed, lambda: work.copy_(source), args.warmup, args.iters, progress=rank == 0)
     # The fp32 sums agree up to summation order; the sign result equals the sign of NCCL's sum of votes.
     a, b = source.clone(), source.clone()

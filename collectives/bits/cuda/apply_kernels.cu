@@ -48,8 +48,7 @@ struct MeanDelta {
   // `shared` (table_bytes() of it), and a copy of this delta that reads them there.
   __device__ MeanDelta with_table(float* shared) const {
     if (table_bytes() == 0) return *this;
-    for (uint32_t u = threadIdx.x; u < (1u << planes); u += blockDim.x) shared[u] = round_to<Tr>(mean_value(u, m));
-    __syncthreads();
+    tabulate_means(shared, planes, m, [](float mean) { return round_to<Tr>(mean); });
     MeanDelta d = *this;
     d.table = shared;
     return d;

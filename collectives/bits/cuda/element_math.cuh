@@ -110,6 +110,14 @@ __host__ __device__ inline size_t mean_table_bytes(int planes, size_t value_byte
   return planes <= kMaxMeanTablePlanes ? (size_t{1} << planes) * value_bytes : 0;
 }
 
+// table[u] = value(mean_value(u, m)) for every count u of `planes` planes, by the whole block, which it
+// synchronises: every thread of the block must call it.
+template <class V, class Fn>
+__device__ inline void tabulate_means(V* table, int planes, const MeanArgs& m, Fn value) {
+  for (uint32_t u = threadIdx.x; u < (1u << planes); u += blockDim.x) table[u] = value(mean_value(u, m));
+  __syncthreads();
+}
+
 // The counts of one lane's elements [first, first + kVec<T>) from `planes` planes of half-words.
 template <class T>
 __device__ inline void counts_at(const uint32_t* count32, int planes, size_t plane_halves, size_t first,

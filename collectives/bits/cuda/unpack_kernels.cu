@@ -35,10 +35,7 @@ __global__ void unpack_mean_kernel(const uint32_t* count32, int planes, size_t p
   constexpr int E = kVec<T>;
   extern __shared__ __align__(16) unsigned char table_bytes[];
   T* table = reinterpret_cast<T*>(table_bytes);
-  if (tabulated) {
-    for (uint32_t u = threadIdx.x; u < (1u << planes); u += blockDim.x) table[u] = Tr::from_f32(mean_value(u, m));
-    __syncthreads();
-  }
+  if (tabulated) tabulate_means(table, planes, m, [](float mean) { return Tr::from_f32(mean); });
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   const size_t nvec = (n + E - 1) / E;
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < nvec; i += stride) {
