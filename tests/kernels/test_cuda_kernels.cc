@@ -213,12 +213,13 @@ INSTANTIATE_TEST_SUITE_P(Alignment, CudaKernels, ::testing::Values(false, true),
 
 TEST(CudaCounters, CountPlanesMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
-  for (int nplanes : {0, 1, 2, 3, 4, 7, 8, 16, 33, 100}) {
+  // 255 and 256 planes of ones: the largest counts, which need every digit the kernel keeps (9 at 256).
+  for (int nplanes : {0, 1, 2, 3, 4, 5, 7, 8, 16, 33, 100, 255, 256}) {
     for (size_t n : {size_t(1), size_t(64), size_t(70001)}) {
       const size_t W = words_for(n);
       std::vector<std::vector<uint64_t>> planes;
       std::vector<const uint64_t*> host_ptrs;
-      for (int k = 0; k < nplanes; ++k) planes.push_back(random_plane(n, 0.5));
+      for (int k = 0; k < nplanes; ++k) planes.push_back(random_plane(n, nplanes >= 255 ? 1.0 : 0.5));
       for (const auto& p : planes) host_ptrs.push_back(p.data());
       const int counter_planes = planes_for(nplanes) + 1;  // one spare plane must come out zero
       std::vector<uint64_t> want(size_t(counter_planes) * W);

@@ -2,13 +2,33 @@
 // with shuffles (device_elements.cuh), and one lane in each group writes the half-word. A warp step
 // covers kVec half-words; steps past the last element write zeros, so every word of the plane,
 // trailing bits included, is written.
+#include <type_traits>
+
 #include "collectives/bits/cuda/device_elements.cuh"
+#include "collectives/bits/cuda/half_pair_signs.h"
 #include "collectives/bits/cuda/kernels.h"
 
 namespace pride::bits::cuda {
 namespace {
 
 using namespace device;
+
+// +infinity's bits in a 16-bit format: the largest magnitude that votes.
+template <class Tr>
+__device__ constexpr uint32_t inf_bits() {
+  return std::is_same_v<Tr, BF16> ? 0x7F80u : 0x7C00u;
+}
+
+// The vote bits of a lane's 8 16-bit elements, two at a time (half_pair_signs.h): bit k of up (down)
+// is Tr::pos (Tr::neg) of element k.
+__device__ inline void lane_signs_16(const uint16_t (&v)[8], uint32_t inf, uint32_t& up, uint32_t& down) {
+  uint32_t words[4], pos[4], neg[4];
+  memcpy(words, v, sizeof words);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) half_pair_signs(words[i], inf, pos[i], neg[i]);
+  up = gather_pair_signs(pos[0], pos[1], pos[2], pos[3]);
+  down = gather_pair_signs(neg[0], neg[1], neg[2], neg[3]);
+}
 
 template <class Tr, bool kTernary>
 __global__ void pack_kernel(const typename Tr::T* x, size_t n, uint32_t* pos32, uint32_t* neg32, size_t nhalves,
@@ -23,10 +43,14 @@ __global__ void pack_kernel(const typename Tr::T* x, size_t n, uint32_t* pos32, 
     T v[E];
     load_elements(x, n, first, aligned, v);
     uint32_t up = 0, down = 0;
+    if constexpr (sizeof(T) == 2) {
+      lane_signs_16(v, inf_bits<Tr>(), up, down);
+    } else {
 #pragma unroll
-    for (int k = 0; k < E; ++k) {
-      up |= uint32_t{Tr::pos(v[k])} << k;
-      if (kTernary) down |= uint32_t{Tr::neg(v[k])} << k;
+      for (int k = 0; k < E; ++k) {
+        up |= uint32_t{Tr::pos(v[k])} << k;
+        if (kTernary) down |= uint32_t{Tr::neg(v[k])} << k;
+      }
     }
     up = gather_lane_bits<E>(up);
     if (kTernary) down = gather_lane_bits<E>(down);
