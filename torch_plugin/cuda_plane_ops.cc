@@ -65,6 +65,10 @@ void CudaPlaneOps::decode_trits(const uint8_t* in, size_t nwords, uint64_t* plan
 
 void CudaPlaneOps::settle() { C10_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+void CudaPlaneOps::finish_results() {
+  if (!reads_follow_stream_) settle();
+}
+
 void finalize_on_device(const SignPlan& plan, const uint64_t* counts, int planes, size_t nwords, uint64_t* result,
                         size_t result_stride, cudaStream_t stream) {
   if (nwords == 0) return;

@@ -19,8 +19,11 @@ namespace pride::torch_plugin {
 class CudaPlaneOps final : public PlaneOps {
  public:
   // `stream` must be current on the calling thread (c10::cuda::CUDAStreamGuard) while this object
-  // allocates, so that its buffers are freed in that stream's order.
-  CudaPlaneOps(c10::Device device, cudaStream_t stream, int rank) : device_(device), stream_(stream), rank_(rank) {}
+  // allocates, so that its buffers are freed in that stream's order. `reads_follow_stream`: whoever
+  // reads the result planes orders itself after `stream` (an event recorded there once the algorithm
+  // returns), so finish_results() need not wait for the device.
+  CudaPlaneOps(c10::Device device, cudaStream_t stream, int rank, bool reads_follow_stream = false)
+      : device_(device), stream_(stream), rank_(rank), reads_follow_stream_(reads_follow_stream) {}
 
   MemoryType memory() const override { return MemoryType::kCuda; }
   uint64_t* scratch(SignScratch what, size_t words, uint32_t instance) override;
@@ -33,11 +36,13 @@ class CudaPlaneOps final : public PlaneOps {
   void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) override;
   void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override;
   void settle() override;
+  void finish_results() override;
 
  private:
   c10::Device device_;
   cudaStream_t stream_;
   int rank_;
+  bool reads_follow_stream_;
   std::map<std::pair<uint32_t, uint32_t>, at::Tensor> buffers_;
 };
 

@@ -11,6 +11,18 @@
 #endif
 
 namespace pride::torch_plugin {
+namespace {
+
+// The work queued on where.stream writes the result planes: mark where that ends, or wait for it.
+void planes_written(const DeviceVote& where) {
+  if (where.written != nullptr) {
+    C10_CUDA_CHECK(cudaEventRecord(where.written, where.stream));
+  } else {
+    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
+  }
+}
+
+}  // namespace
 
 DataPath ucx_data_path(Communicator& comm, size_t numel, SignOptions& options) {
   const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
@@ -27,7 +39,7 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
                                               dtype_code, where.planes);
     // Its last kernels (count, threshold, scatter) are queued on where.stream; the caller may read the
     // planes on another stream (DistributedLion applies on the caller's), as after the other paths.
-    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
+    planes_written(where);
     return plan;
   }
 #else
@@ -36,9 +48,12 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
   const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
   const DataPath path = ucx_data_path(comm, numel, options);
   if (path == DataPath::kDeviceMemory) {
-    CudaPlaneOps ops(where.device, where.stream, comm.rank());
-    return sign_allreduce_planes(comm, ops, where.votes, numel, options, dtype_code, numel > 0 ? where.planes : nullptr)
-        .plan;
+    CudaPlaneOps ops(where.device, where.stream, comm.rank(), /*reads_follow_stream=*/where.written != nullptr);
+    const SignPlan result =
+        sign_allreduce_planes(comm, ops, where.votes, numel, options, dtype_code, numel > 0 ? where.planes : nullptr)
+            .plan;
+    planes_written(where);
+    return result;
   }
   const size_t nwords = bits::words_for(numel);
   const size_t vote_words = size_t(plan.counters) * nwords, result_words = size_t(plan.result_planes) * nwords;
@@ -63,6 +78,7 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
     C10_CUDA_CHECK(cudaMemcpyAsync(where.planes, planes_host, result_words * 8, cudaMemcpyHostToDevice, where.stream));
     C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));  // the host twins may go (or be reused) after this
   }
+  if (where.written != nullptr) C10_CUDA_CHECK(cudaEventRecord(where.written, where.stream));
   return result;
 }
 

@@ -26,10 +26,16 @@ struct DeviceVote {
   uint64_t* planes;            // device: plan.result_planes planes, written
   uint64_t* votes_host = nullptr;   // pinned twins for host staging; null: allocated when needed
   uint64_t* planes_host = nullptr;
+  // Null: vote_on_device returns once the result planes are written. Else it may return before the
+  // device has written them (NCCL, device memory) and records this event on `stream` where they are:
+  // the reader's stream waits on it, and neither host thread waits for the GPU. On a GPU that several
+  // processes share, each such wait lasts until this process's next time slice.
+  cudaEvent_t written = nullptr;
 };
 
 // `nccl`: the group's NCCL side when NCCL carries its CUDA tensors, else null. `options.algorithm` as
-// the caller asked (kAuto: chosen here). Returns once the result planes are written (any stream may read them).
+// the caller asked (kAuto: chosen here). Returns once the result planes are written (any stream may
+// read them), or with where.written recorded after the work that writes them.
 SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
                         const DeviceVote& where);
 

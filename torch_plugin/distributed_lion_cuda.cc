@@ -35,6 +35,7 @@ struct CudaLionWorkspace::Buffers {
   // cost fresh cudaMallocs, and each mapping a round of context switches on a shared GPU).
   std::optional<c10::cuda::CUDAStream> vote_stream;
   std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
+  std::vector<cudaEvent_t> voted;        // per bucket: its result planes are written (on vote_stream)
   c10::DeviceIndex device = -1;
 
   ~Buffers() {
@@ -43,6 +44,7 @@ struct CudaLionWorkspace::Buffers {
     if (last_use) cudaEventSynchronize(last_use);
     if (last_use) cudaEventDestroy(last_use);
     for (cudaEvent_t e : packed) cudaEventDestroy(e);
+    for (cudaEvent_t e : voted) cudaEventDestroy(e);
   }
 };
 
@@ -242,10 +244,12 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), table_host, table_bytes, cudaMemcpyHostToDevice, step.stream));
   const auto* lion_table = reinterpret_cast<const TensorSlice*>(ws.slices.data_ptr<int64_t>());
   const TensorSlice* apply_table = lion_table + lion_slices.size();
-  while (ws.packed.size() < buckets.size()) {
-    cudaEvent_t e;
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    ws.packed.push_back(e);
+  for (std::vector<cudaEvent_t>* events : {&ws.packed, &ws.voted}) {
+    while (events->size() < buckets.size()) {
+      cudaEvent_t e;
+      C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      events->push_back(e);
+    }
   }
 
   // A failure part-way (a launch, or a peer) must not leave bucket tasks queued on the worker that
@@ -261,9 +265,11 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
       } catch (...) {
       }
     }
-    // A task that returned early never waited for its bucket's copies to the pinned buffers: the next
-    // step waits for them before it reuses or grows those buffers. Unchecked: the error being rethrown
-    // is the one to report.
+    // Work a task queued on the vote stream may still write the workspace (no task waits for it), and a
+    // task that returned early never waited for its bucket's copies to the pinned buffers: wait for the
+    // former here; the next step waits for the latter before it reuses or grows those buffers.
+    // Unchecked: the error being rethrown is the one to report.
+    (void)cudaStreamSynchronize(step.vote_stream.stream());
     if (!ws.last_use && cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming) != cudaSuccess) ws.last_use = nullptr;
     if (ws.last_use) (void)cudaEventRecord(ws.last_use, step.stream);
     throw;
@@ -279,7 +285,7 @@ namespace {
 // transport and data path that apply (device_vote.h), the result planes left on the device.
 void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uint64_t* votes, uint64_t* planes,
                     uint64_t* votes_host, uint64_t* planes_host, const TensorSlice* lion_table, cudaEvent_t packed,
-                    const int* abstains_host) {
+                    cudaEvent_t voted, const int* abstains_host) {
   const cudaStream_t stream = step.vote_stream.stream();
   const bool packed_ternary = step.votes != LionVotes::kBinary;
   if (step.votes == LionVotes::kExact) {
@@ -320,7 +326,7 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
                  "binary_as_ternary");
   }
   b.plan = vote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket,
-                          DeviceVote{step.device, stream, votes, planes, votes_host, planes_host});
+                          DeviceVote{step.device, stream, votes, planes, votes_host, planes_host, voted});
 }
 
 // The bucket's apply slices of the tensors that some rank has a gradient for, on the device (only
@@ -376,27 +382,28 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
                    "find_abstentions");
       C10_CUDA_CHECK(cudaMemcpyAsync(abstains_host, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
     }
-    cudaEvent_t packed = ws.packed[k];
+    cudaEvent_t packed = ws.packed[k], voted = ws.voted[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
     BucketPlan* bucket = &b;  // `buckets` is not resized while tasks run; the step waits for every one
     // The task holds the pinned buffers too: they live as long as anything may touch them.
     b.work = backend->run_on_worker(
         "pride:distributed_lion", {},
-        [packed, votes, planes, votes_host, planes_host, abstains_host, bucket, &step, layouts_differ, lion_table,
+        [packed, voted, votes, planes, votes_host, planes_host, abstains_host, bucket, &step, layouts_differ, lion_table,
          keep = std::make_tuple(ws.votes_host, ws.planes_host, ws.abstains_host)](Communicator& comm) {
           (void)keep;
           if (layouts_differ->load()) return;
           c10::cuda::CUDAGuard device_guard(step.device);
           c10::cuda::CUDAStreamGuard stream_guard(step.vote_stream);  // the worker's allocations and copies
           C10_CUDA_CHECK(cudaStreamWaitEvent(step.vote_stream.stream(), packed, 0));
-          vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table, packed,
+          vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table, packed, voted,
                          abstains_host);
           if (!bucket->agreed.layouts_agree) layouts_differ->store(true);
         });
   }
 
   // 3: apply each bucket's result as it arrives.
-  for (BucketPlan& b : buckets) {
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    BucketPlan& b = buckets[k];
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
     if (b.work) {
       b.work->wait();  // rethrows the engine's error; b.plan is the kind the ranks agreed on
@@ -406,7 +413,9 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
         }
         return false;
       }
-      // The worker has left the result planes on the device and waited for its stream.
+      // The worker has queued the work that writes the result planes on the vote stream, and `voted`
+      // after it, without waiting for the GPU: the apply below waits for it on the device.
+      C10_CUDA_CHECK(cudaStreamWaitEvent(stream, ws.voted[k], 0));
     }
     const TensorSlice* table = apply_table + b.first_apply;
     size_t nslices = b.napply;

@@ -6,7 +6,9 @@
 //      found on the device, only a flag comes back), then the exchange and count of the packed bits by
 //      the transport and data path that apply (device_vote.h): NCCL, device memory moved by UCX and
 //      counted on the GPU, or pinned host staging and the host engine;
-//   3. apply: one launch applies x ← x·(1 − lr·λ) − lr·Δ from the result planes on the device.
+//   3. apply: one launch applies x ← x·(1 − lr·λ) − lr·Δ from the result planes on the device, after
+//      an event the worker recorded where the planes are written (NCCL and device memory: neither
+//      thread waits for the GPU there; on a GPU that processes share, each wait costs a time slice).
 // A world of one (no group, or G-Lion's local step) never leaves the GPU: the planes are decided on
 // the device. The workspace keeps the device and pinned buffers from step to step.
 #pragma once

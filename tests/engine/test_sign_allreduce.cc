@@ -348,9 +348,12 @@ TEST(SignAllreduce, HierarchicalChosenForSeveralRanksPerNode) {
 // The direct algorithm over planes that a PlaneOps keeps elsewhere (the GPU path, plane_ops.h), with a
 // PlaneOps that behaves as a GPU stream does: its work runs only when settle() is called, and its fresh
 // buffers hold garbage. A direct algorithm that sent a buffer, or reused one, before settling would get
-// stale or garbage bits and miss the oracle.
+// stale or garbage bits and miss the oracle. With `results_follow`, finish_results() leaves the queue
+// as a GPU stream whose reader waits on an event does (torch_plugin/cuda_plane_ops.h): the caller
+// settles before it reads the result planes, and nothing the algorithm sent may depend on that work.
 class DeferredPlaneOps final : public PlaneOps {
  public:
+  explicit DeferredPlaneOps(bool results_follow = false) : results_follow_(results_follow) {}
   MemoryType memory() const override { return MemoryType::kHost; }
   uint64_t* scratch(SignScratch what, size_t words, uint32_t instance) override {
     std::vector<uint64_t>& b = buffers_[{uint32_t(what), instance}];
@@ -383,9 +386,14 @@ class DeferredPlaneOps final : public PlaneOps {
     for (auto& work : queue_) work();
     queue_.clear();
   }
+  void finish_results() override {
+    if (!results_follow_) settle();
+  }
   size_t deferred() const { return deferred_; }
+  size_t pending() const { return queue_.size(); }
 
  private:
+  bool results_follow_;
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint64_t>> buffers_;
   std::vector<std::function<void()>> queue_;
   size_t deferred_ = 0;
@@ -400,6 +408,7 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
     for (int N : {1, 2, 3, 5}) {
       testing::run_ranks(N, [&](Communicator& comm) {
         uint64_t salt = 900;
+        for (bool results_follow : {false, true}) {
         for (auto mode : {SignMode::kVote, SignMode::kMean}) {
           for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
             for (size_t n : {size_t(0), size_t(65), size_t(64 * 64 * 5 + 33)}) {
@@ -411,13 +420,17 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
               else bits::pack_ternary(x.data(), c.dtype, n, votes.data(), votes.data() + W);
               const SignPlan plan = SignPlan::make(N, mode, kind);
               std::vector<uint64_t> planes(size_t(plan.result_planes) * W, 0x5A5A5A5A5A5A5A5Aull);
-              DeferredPlaneOps ops;
+              DeferredPlaneOps ops(results_follow);
               const SignResult r = sign_allreduce_planes(comm, ops, votes.data(), n, {mode, kind, SignAlgorithm::kDirect},
                                                          uint32_t(c.dtype), planes.data());
               EXPECT_EQ(r.algorithm, SignAlgorithm::kDirect);
               if (n > 0) {
                 EXPECT_GT(ops.deferred(), 0u) << "nothing went through the PlaneOps";
               }
+              if (results_follow && n > 0 && std::string(segment_bytes) != "512") {
+                EXPECT_GT(ops.pending(), 0u) << "one segment: the result planes' copies are left to the reader";
+              }
+              ops.settle();  // the reader's wait (an event on the stream, on a GPU)
               std::vector<uint8_t> y(x.size());
               r.write(y.data(), c.dtype);
               std::vector<int32_t> sum;
@@ -430,6 +443,7 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
               ++salt;
             }
           }
+        }
         }
       });
     }

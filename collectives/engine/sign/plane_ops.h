@@ -8,7 +8,7 @@
 //
 // Work a PlaneOps queues may run asynchronously; settle() waits for it. The algorithm calls settle()
 // before it hands a buffer written by queued work to the transport, and before it reuses a buffer
-// that queued work still reads.
+// that queued work still reads; it ends with finish_results().
 #pragma once
 
 #include <cstddef>
@@ -47,6 +47,10 @@ class PlaneOps {
   virtual void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) = 0;
   // Returns when the work queued so far is done.
   virtual void settle() = 0;
+  // The algorithm's last call: the result planes are written once the work queued so far is done.
+  // By default it waits for that (settle); a GPU implementation whose caller orders its own readers
+  // after the queue (an event on the stream) returns at once, and the host is not held.
+  virtual void finish_results() { settle(); }
 };
 
 // Host memory: the communicator's workspace and the CPU kernels, done by the time each call returns.

@@ -137,7 +137,7 @@ void sign_direct(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignS
   d.post_shards();
   d.vote_and_post_results();
   d.finish();
-  ops.settle();
+  ops.finish_results();
 }
 
 }  // namespace pride
