@@ -411,10 +411,13 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
         for (BucketPlan& rest : buckets) {
           if (rest.work) rest.work->wait();  // they return at once, having sent nothing
         }
+        // A bucket that agreed before the one that did not may still write its planes on the vote stream.
+        C10_CUDA_CHECK(cudaStreamSynchronize(step.vote_stream.stream()));
         return false;
       }
       // The worker has queued the work that writes the result planes on the vote stream, and `voted`
-      // after it, without waiting for the GPU: the apply below waits for it on the device.
+      // after it, without waiting for the GPU: the apply below waits for it on the device. (A device
+      // fault in that last work shows as the error of a later CUDA call on this stream, not the vote's.)
       C10_CUDA_CHECK(cudaStreamWaitEvent(stream, ws.voted[k], 0));
     }
     const TensorSlice* table = apply_table + b.first_apply;

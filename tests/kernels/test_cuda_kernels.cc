@@ -201,9 +201,20 @@ TEST_P(CudaKernels, LionVoteMatchesTheCpu) {
       lion_vote(g.data(), m.data(), dtype, n, 0.9, 0.99, pos.data(), neg.data());
       DeviceBuffer dg(g, offset(dtype)), dm(m0, offset(dtype)), dpos(nullptr, W * 8), dneg(nullptr, W * 8);
       finish(cuda::lion_vote(dg.get(), dm.get(), dtype, n, 0.9, 0.99, dpos.words(), dneg.words(), nullptr));
-      expect_same_elements(dtype, m, dm.read<uint8_t>(m.size()), "lion_vote momentum n=" + std::to_string(n));
+      const auto got_m = dm.read<uint8_t>(m.size());
+      expect_same_elements(dtype, m, got_m, "lion_vote momentum n=" + std::to_string(n));
       EXPECT_EQ(dpos.read<uint64_t>(W), pos) << dtype_name(dtype) << " n=" << n;
       EXPECT_EQ(dneg.read<uint64_t>(W), neg) << dtype_name(dtype) << " n=" << n;
+      // element_math.cuh widens and rounds fp16 NaNs without keeping their bits, on the ground that the
+      // GPU's float32 arithmetic returns its canonical (positive) NaN whatever comes in, so that every
+      // NaN momentum, negative inputs included, comes out as narrow()'s 0x7E00. Checked here.
+      if (dtype == DType::kFloat16) {
+        for (size_t i = 0; i < n; ++i) {
+          uint16_t bits;
+          std::memcpy(&bits, got_m.data() + 2 * i, 2);
+          if ((bits & 0x7FFFu) > 0x7C00u) ASSERT_EQ(bits, 0x7E00u) << "fp16 NaN momentum, element " << i << " n=" << n;
+        }
+      }
     }
   }
 }
@@ -221,7 +232,8 @@ TEST(CudaCounters, CountPlanesMatchesTheCpu) {
       std::vector<const uint64_t*> host_ptrs;
       for (int k = 0; k < nplanes; ++k) planes.push_back(random_plane(n, nplanes >= 255 ? 1.0 : 0.5));
       for (const auto& p : planes) host_ptrs.push_back(p.data());
-      const int counter_planes = planes_for(nplanes) + 1;  // one spare plane must come out zero
+      // One spare plane must come out zero; with 3 planes, 32 counter planes (the most) too.
+      const int counter_planes = nplanes == 3 ? 32 : planes_for(nplanes) + 1;
       std::vector<uint64_t> want(size_t(counter_planes) * W);
       count_planes(host_ptrs.data(), nplanes, W, want.data(), counter_planes);
       std::vector<std::unique_ptr<DeviceBuffer>> dplanes;

@@ -95,7 +95,10 @@ void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uin
     const SignSegment seg = segment_of(result, votes, s);
     if (result.algorithm == SignAlgorithm::kDirect) sign_direct(c, ops, result.plan, seg);
     else run(c, result.plan, seg);
-    if (hooks.unpack) hooks.unpack(result, s.first_word, s.nwords);
+    if (hooks.unpack) {
+      ops.settle();  // the host reads the planes: a PlaneOps may have left their last writes queued
+      hooks.unpack(result, s.first_word, s.nwords);
+    }
   }
 }
 
