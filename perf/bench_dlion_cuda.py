@@ -5,11 +5,14 @@ is bracketed by torch.cuda.synchronize(); the median over --steps steps after --
 
   python perf/bench_dlion_cuda.py                      # N = 1: pride vs lion-pytorch (Triton), fp32
   python perf/bench_dlion_cuda.py --dtype bfloat16
-  python perf/bench_dlion_cuda.py --world 4            # 4 ranks sharing the GPU, pride only
+  python perf/bench_dlion_cuda.py --world 4            # 4 ranks sharing the GPU, against 4 x N = 1
 
 Reports, per configuration: step ms, the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
 (5 passes over the parameters at the copy bandwidth measured in the same run), and the extra device
-memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket.
+memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket. With
+--world N > 1 it first times pride's N = 1 step in a process of its own, with the same parameters and
+options, and reports the N-rank step against N times that (issue 13's target: at most 1.3), unless
+--no-baseline.
 """
 
 import argparse
@@ -164,7 +167,7 @@ def main():
     parser.add_argument("--profile", metavar="TRACE.json",
                         help="after the timed steps, profile 3 steps on rank 0: print the table, write the trace")
     parser.add_argument("--bucket-mb", type=float, default=None, help="DistributedLion bucket size (default: pride's)")
-    parser.add_argument("--no-baseline", action="store_true", help="skip lion-pytorch (N = 1 only)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the baselines: lion-pytorch at N = 1, pride's own N = 1 step at N > 1")
     parser.add_argument("--cuda-path", choices=["auto", "device", "host"], default=None,
                         help="PRIDE_CUDA_PATH for the ranks: how the packed bits travel (default: the environment's)")
     parser.add_argument("--json", help="append the result rows to this file")
@@ -173,11 +176,21 @@ def main():
         os.environ["PRIDE_CUDA_PATH"] = args.cuda_path  # read by each rank's pride at its first collective
     if not torch.cuda.is_available():
         sys.exit("bench_dlion_cuda: no CUDA device")
+    single_ms = None
     if args.world == 1:
         rows = [run_one(args)]
     else:
         ctx = torch.multiprocessing.get_context("spawn")
         out = ctx.Queue()
+        if not args.no_baseline:  # pride's N = 1 step, alone on the GPU, before the group starts
+            alone = argparse.Namespace(**dict(vars(args), world=1, no_baseline=True, profile=None))
+            proc = ctx.Process(target=_worker, args=(alone, 0, 1, None, out))
+            proc.start()
+            row = out.get(timeout=900)
+            proc.join()
+            if "error" in row:
+                sys.exit(f"bench_dlion_cuda: the N = 1 baseline failed: {row['error']}")
+            single_ms = row["pride_ms"]
         with tempfile.TemporaryDirectory() as tmp:
             store_path = os.path.join(tmp, "store")
             procs = [ctx.Process(target=_worker, args=(args, r, args.world, store_path, out)) for r in range(args.world)]
@@ -195,6 +208,12 @@ def main():
     print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
           f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 1024:g} MiB, {args.world} rank(s) on {torch.cuda.get_device_name()}")
     print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps)")
+    if single_ms is not None:
+        ratio = slowest / (args.world * single_ms)
+        for r in rows:
+            r["single_rank_ms"], r["ratio_to_world_x_single"] = single_ms, ratio
+        print(f"pride N = 1 step in this run: {single_ms:.3f} ms -> step / ({args.world} x N = 1) = {ratio:.3f} "
+              f"(target <= 1.3)")
     if "lion_pytorch_triton_ms" in r0:
         print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")
         print(f"HBM floor (5 passes at {r0['copy_GBps']:.0f} GB/s copy): {r0['hbm_floor_ms']:.3f} ms")

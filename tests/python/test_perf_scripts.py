@@ -104,6 +104,25 @@ def test_bench_vs_nccl_sweep_rows_are_exact_and_cost_the_formula(tmp_path):
             assert abs(r["sign_bytes_sent"] * 8 / r["numel"] - formula[r["algorithms"][0]]) < 0.01, r
 
 
+@pytest.mark.gpu
+def test_bench_dlion_cuda_group_step_against_its_own_single_rank_step(tmp_path):
+    """Issue 13's N-rank target is a ratio to pride's N = 1 step of the same run: the group's rows carry
+    that step (timed first, alone) and the ratio, and the report prints it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (scripts/device_test.sh runs it on the GPU machine)")
+    out = run("bench_dlion_cuda.py", "--params", "2e6", "--tensors", "5", "--world", "2", "--steps", "3",
+              "--warmup", "1", "--json", str(tmp_path / "r.jsonl"), timeout=300)
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sorted(r["rank"] for r in rows) == [0, 1] and all(r["world"] == 2 for r in rows), rows
+    single = rows[0]["single_rank_ms"]
+    assert single > 0 and all(r["single_rank_ms"] == single for r in rows), rows
+    slowest = max(r["pride_ms"] for r in rows)
+    assert abs(rows[0]["ratio_to_world_x_single"] - slowest / (2 * single)) < 1e-9, rows
+    assert "step / (2 x N = 1) =" in out, out
+
+
 def test_bench_onebit_adam_counts_volume_and_rounds(tmp_path):
     out = run("bench_onebit_adam.py", "--ranks", "2", "--steps", "20", "--numel", "65536",
               "--local-step-scaler", "5", "--json", str(tmp_path / "r.json"))
