@@ -290,9 +290,14 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
   const bool packed_ternary = step.votes != LionVotes::kBinary;
   if (step.votes == LionVotes::kExact) {
     // The flag was found and copied to pinned memory before `packed` (pack_vote_apply): one wait for
-    // the packing serves both, rather than a second wait on this stream for a kernel of its own.
+    // the packing serves both, rather than a second wait on this stream for a kernel of its own. The
+    // votes are then written, so the vote stream needs no wait on `packed`: with nothing queued on it,
+    // the exchange's first synchronisation (binary votes need no staging copy) returns at once instead
+    // of waiting for a time slice on a GPU that processes share.
     C10_CUDA_CHECK(cudaEventSynchronize(packed));
     b.input.wants_ternary = *abstains_host != 0;
+  } else {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream, packed, 0));  // the vote stream's work follows the packing
   }
   if (step.votes == LionVotes::kTernary) b.input.wants_ternary = true;
   SignOptions options = step.options;
@@ -394,7 +399,6 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
           if (layouts_differ->load()) return;
           c10::cuda::CUDAGuard device_guard(step.device);
           c10::cuda::CUDAStreamGuard stream_guard(step.vote_stream);  // the worker's allocations and copies
-          C10_CUDA_CHECK(cudaStreamWaitEvent(step.vote_stream.stream(), packed, 0));
           vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table, packed, voted,
                          abstains_host);
           if (!bucket->agreed.layouts_agree) layouts_differ->store(true);
