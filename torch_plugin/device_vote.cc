@@ -57,7 +57,7 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
   }
   const size_t nwords = bits::words_for(numel);
   const size_t vote_words = size_t(plan.counters) * nwords, result_words = size_t(plan.result_planes) * nwords;
-  at::Tensor votes_twin, planes_twin;  // released when this returns: every copy below is waited for
+  at::Tensor votes_twin, planes_twin;  // released when this returns: every copy of them is waited for
   uint64_t* votes_host = where.votes_host;
   uint64_t* planes_host = where.planes_host;
   const auto pinned = at::TensorOptions().dtype(at::kLong).device(at::kCPU).pinned_memory(true);
@@ -76,7 +76,11 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
   const SignPlan result = sign_allreduce_planes(comm, votes_host, numel, options, dtype_code, planes_host).plan;
   if (numel > 0) {
     C10_CUDA_CHECK(cudaMemcpyAsync(where.planes, planes_host, result_words * 8, cudaMemcpyHostToDevice, where.stream));
-    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));  // the host twins may go (or be reused) after this
+  }
+  // A twin of ours goes when this returns, so its copy must be done; the caller's own pinned buffer
+  // outlives the copy, and with `written` the caller orders its next use after the event.
+  if (planes_twin.defined() || where.written == nullptr) {
+    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
   }
   if (where.written != nullptr) C10_CUDA_CHECK(cudaEventRecord(where.written, where.stream));
   return result;

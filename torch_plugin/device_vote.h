@@ -27,9 +27,10 @@ struct DeviceVote {
   uint64_t* votes_host = nullptr;   // pinned twins for host staging; null: allocated when needed
   uint64_t* planes_host = nullptr;
   // Null: vote_on_device returns once the result planes are written. Else it may return before the
-  // device has written them (NCCL, device memory) and records this event on `stream` where they are:
-  // the reader's stream waits on it, and neither host thread waits for the GPU. On a GPU that several
-  // processes share, each such wait lasts until this process's next time slice.
+  // device has written them and records this event on `stream` where they are: the reader's stream
+  // waits on it, and neither host thread waits for the GPU (on a GPU that several processes share,
+  // each such wait lasts until this process's next time slice). With host staging the copy from the
+  // caller's planes_host may then still be running: the caller keeps that buffer until the event.
   cudaEvent_t written = nullptr;
 };
 
