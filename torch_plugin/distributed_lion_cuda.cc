@@ -390,7 +390,9 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     cudaEvent_t packed = ws.packed[k], voted = ws.voted[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
     BucketPlan* bucket = &b;  // `buckets` is not resized while tasks run; the step waits for every one
-    // The task holds the pinned buffers too: they live as long as anything may touch them.
+    // The task holds the pinned buffers while it runs; the copies it leaves queued (host staging's copy
+    // back to the GPU) end before `ws.last_use`, which the next step and the workspace wait for before
+    // they reuse, grow or free them.
     b.work = backend->run_on_worker(
         "pride:distributed_lion", {},
         [packed, voted, votes, planes, votes_host, planes_host, abstains_host, bucket, &step, layouts_differ, lion_table,

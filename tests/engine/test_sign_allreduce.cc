@@ -427,8 +427,8 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
               if (n > 0) {
                 EXPECT_GT(ops.deferred(), 0u) << "nothing went through the PlaneOps";
               }
-              if (results_follow && n > 0 && std::string(segment_bytes) != "512") {
-                EXPECT_GT(ops.pending(), 0u) << "one segment: the result planes' copies are left to the reader";
+              if (results_follow && n > 0) {  // one segment, or the pipeline's many
+                EXPECT_GT(ops.pending(), 0u) << "the last result planes' copies are left to the reader";
               }
               ops.settle();  // the reader's wait (an event on the stream, on a GPU)
               std::vector<uint8_t> y(x.size());

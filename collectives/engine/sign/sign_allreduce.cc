@@ -182,7 +182,10 @@ void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, cons
     current->finish();
     current = std::move(next);
   }
-  ops.settle();
+  // The last segment's result planes: the host reads them now through the unpack hook, or else the
+  // caller orders its own readers after the PlaneOps (finish_results: on a GPU, an event).
+  if (hooks.unpack) ops.settle();
+  else ops.finish_results();
   kernels.unpack(segs.size() - 1);
 }
 
