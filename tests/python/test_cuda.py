@@ -313,6 +313,59 @@ def test_lion_cub_int8_on_cuda_equals_the_cpu_step_4ranks(aggregation, quantizat
     run(_lion_cpu_vs_cuda, 4, torch.bfloat16, "vote", "exact", False, None, False, options, deadline_s=300)
 
 
+def _lion_cub_scaled_on_cuda(rank, world_size, store_path, kind):
+    """Lion Cub's "l1" and "l0" quantizations on CUDA parameters, which take torch's operations on the
+    device (their scale is a float32 mean there, a float64 one in the CPU passes, so the two paths are
+    not compared bit for bit): every rank's parameters must be identical, and equal the authors'
+    formula in numpy (float64 scale) except where the scale's last bit moves a q across a rounding
+    half, which these sizes make a rare event."""
+    import numpy as np
+    import torch.distributed as dist
+
+    from pride.optim import DistributedLion
+    from test_lion_cub import SHAPES, _authors_q, _grads
+
+    init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(shape).cuda()) for shape in SHAPES]
+    opt = DistributedLion(params, lr=0.01, betas=(0.9, 0.99), aggregation="int8", quantization=kind)
+    s = 127 // world_size
+    momenta = [[np.zeros(p.numel(), dtype=np.float32) for p in params] for _ in range(world_size)]
+    x = [p.detach().cpu().numpy().reshape(-1).copy() for p in params]
+    differing = total_elements = 0
+    for step in range(4):
+        everyone = [_grads(r, step, SHAPES, torch.float32) for r in range(world_size)]
+        for p, g in zip(params, everyone[rank]):
+            p.grad = g.cuda()
+        opt.step()
+        for i, p in enumerate(params):
+            total = np.zeros(p.numel())
+            for r in range(world_size):
+                g = everyone[r][i].numpy().reshape(-1)
+                m = momenta[r][i]
+                c = (m * np.float32(0.9)).astype(np.float32) + (g * np.float32(1 - 0.9)).astype(np.float32)
+                total += _authors_q(c.astype(np.float64), s, kind)
+                momenta[r][i] = (m * np.float32(0.99)).astype(np.float32) + (g * np.float32(1 - 0.99)).astype(np.float32)
+            x[i] = (x[i] - np.float32(0.01) * np.sign(total).astype(np.float32)).astype(np.float32)
+            got = p.detach().cpu().numpy().reshape(-1)
+            differing += int((got != x[i]).sum())
+            total_elements += got.size
+            x[i] = got.copy()  # follow the device's parameters, so one difference is counted once
+    assert differing <= total_elements // 1000, f"rank {rank}: {differing} of {total_elements} elements off the formula"
+    mine = torch.cat([p.detach().cpu().reshape(-1) for p in params])
+    every = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(every, mine)
+    for r, theirs in enumerate(every):
+        assert torch.equal(theirs.view(torch.int32), mine.view(torch.int32)), f"rank {rank}: rank {r}'s replica differs"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["l1", "l0"])
+def test_lion_cub_l1_l0_on_cuda_follow_the_authors_formula_and_replicas_agree_3ranks(kind):
+    run(_lion_cub_scaled_on_cuda, 3, kind, deadline_s=240)
+
+
 def _global_mode(rank, world_size, store_path):
     from pride.optim import DistributedLion
 
