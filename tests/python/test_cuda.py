@@ -323,7 +323,7 @@ def _lion_cub_scaled_on_cuda(rank, world_size, store_path, kind):
     import torch.distributed as dist
 
     from pride.optim import DistributedLion
-    from test_lion_cub import SHAPES, _authors_q, _grads
+    from test_lion_cub import SHAPES, _authors_step, _grads
 
     init_group(rank, world_size, store_path)
     torch.cuda.set_device(0)
@@ -340,14 +340,7 @@ def _lion_cub_scaled_on_cuda(rank, world_size, store_path, kind):
             p.grad = g.cuda()
         opt.step()
         for i, p in enumerate(params):
-            total = np.zeros(p.numel())
-            for r in range(world_size):
-                g = everyone[r][i].numpy().reshape(-1)
-                m = momenta[r][i]
-                c = (m * np.float32(0.9)).astype(np.float32) + (g * np.float32(1 - 0.9)).astype(np.float32)
-                total += _authors_q(c.astype(np.float64), s, kind)
-                momenta[r][i] = (m * np.float32(0.99)).astype(np.float32) + (g * np.float32(1 - 0.99)).astype(np.float32)
-            x[i] = (x[i] - np.float32(0.01) * np.sign(total).astype(np.float32)).astype(np.float32)
+            x[i] = _authors_step(x[i], [grads[i] for grads in everyone], [mom[i] for mom in momenta], s, kind)
             got = p.detach().cpu().numpy().reshape(-1)
             differing += int((got != x[i]).sum())
             total_elements += got.size

@@ -71,6 +71,18 @@ def _authors_q(c, s, kind):
     return np.clip(np.round(c / scale * s / 2), -s, s)
 
 
+def _authors_step(x, grads, momenta, s, kind, lr=0.01, beta1=0.9, beta2=0.99):
+    """One Lion Cub step of one tensor by the authors' formula: every rank's c quantized and summed,
+    x minus lr times the sum's sign. `grads` and `momenta` hold every rank's; the momenta advance in place."""
+    total = np.zeros(x.size)
+    for g, m in zip(grads, momenta):
+        g = g.numpy().reshape(-1)
+        c = (m * np.float32(beta1)).astype(np.float32) + (g * np.float32(1 - beta1)).astype(np.float32)
+        total += _authors_q(c.astype(np.float64), s, kind)
+        m[:] = (m * np.float32(beta2)).astype(np.float32) + (g * np.float32(1 - beta2)).astype(np.float32)
+    return (x - np.float32(lr) * np.sign(total).astype(np.float32)).astype(np.float32)
+
+
 def _l1_worker(rank, world_size, store_path, kind, bucket_mb, aggregation):
     import pride
 
@@ -88,14 +100,7 @@ def _l1_worker(rank, world_size, store_path, kind, bucket_mb, aggregation):
             p.grad = g
         opt.step()
         for i in range(len(params)):
-            total = np.zeros(params[i].numel())
-            for r in range(world_size):
-                g = everyone[r][i].numpy().reshape(-1)
-                m = momenta[r][i]
-                c = (m * np.float32(0.9)).astype(np.float32) + (g * np.float32(1 - 0.9)).astype(np.float32)
-                total += _authors_q(c.astype(np.float64), s, kind)
-                momenta[r][i] = (m * np.float32(0.99)).astype(np.float32) + (g * np.float32(1 - 0.99)).astype(np.float32)
-            x[i] = (x[i] - np.float32(0.01) * np.sign(total).astype(np.float32)).astype(np.float32)
+            x[i] = _authors_step(x[i], [grads[i] for grads in everyone], [mom[i] for mom in momenta], s, kind)
             np.testing.assert_array_equal(params[i].detach().numpy().reshape(-1), x[i], err_msg=f"step {step}")
     dist.destroy_process_group()
 
