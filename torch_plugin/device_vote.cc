@@ -79,10 +79,8 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
   }
   // A twin of ours goes when this returns, so its copy must be done; the caller's own pinned buffer
   // outlives the copy, and with `written` the caller orders its next use after the event.
-  if (planes_twin.defined() || where.written == nullptr) {
-    C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
-  }
-  if (where.written != nullptr) C10_CUDA_CHECK(cudaEventRecord(where.written, where.stream));
+  if (planes_twin.defined()) C10_CUDA_CHECK(cudaStreamSynchronize(where.stream));
+  planes_written(where);
   return result;
 }
 
