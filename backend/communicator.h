@@ -209,7 +209,7 @@ class Communicator {
   // abort notice arrives within a short grace period; returns otherwise.
   void await_abort_notice(const std::string& context);
   void post_abort_receive();
-  // Spin, then yield, then sleep a little: ranks may outnumber cores.
+  // Spin, then block on the transport: briefly where ranks outnumber this machine's cores.
   void idle(uint64_t idle_rounds);
   void learn_hosts(const std::string& hostname);
   void check_fingerprints(Collective& c, const Fingerprint& mine, CheckPayload* payload);
@@ -230,6 +230,9 @@ class Communicator {
   int local_rank_ = 0;
   int local_size_ = 1;
   double ranks_per_core_ = 1.0;
+  // This machine's cores are shared by more ranks than it has: by the ranks of one host, or by the
+  // simulated hosts (network namespaces) of one machine, which ranks_per_core_ counts apart.
+  bool cores_shared_ = false;
   int kernel_threads_ = 1;
   std::vector<int> node_of_rank_;
   std::vector<long> local_pid_of_rank_;  // pid of each same-host, same-PID-namespace rank; 0 otherwise

@@ -51,24 +51,23 @@ void HierRailsSegment::post_votes() {
   inbox_ = sign_scratch(ws, SignScratch::kHierCountsIn, size_t(L_) * C * part_.size, instance_);
   std::copy(staged_votes + size_t(C) * part_.begin, staged_votes + size_t(C) * part_.end(),
             inbox_ + size_t(l_) * C * part_.size);
-  requests_.clear();
   for (int i = 0; i < L_; ++i) {
     if (i == l_) continue;
-    requests_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalVotes, inbox_ + size_t(i) * C * part_.size,
+    recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalVotes, inbox_ + size_t(i) * C * part_.size,
                                 size_t(C) * part_.size * 8));
   }
   for (int d = 1; d < L_; ++d) {
     const int to = (l_ + d) % L_;
     const Range pt = chunk(W, L_, to);
-    requests_.push_back(c_.send(locals[size_t(to)], seg_.slot_base + kLocalVotes, staged_votes + size_t(C) * pt.begin,
+    sends_.push_back(c_.send(locals[size_t(to)], seg_.slot_base + kLocalVotes, staged_votes + size_t(C) * pt.begin,
                                 size_t(C) * pt.size * 8));
   }
 }
 
 void HierRailsSegment::count_and_post_counts() {
   const int C = plan_.counters, me = nodes_.my_node;
-  c_.wait_all(requests_);
-  requests_.clear();
+  c_.wait_all(recvs_);
+  recvs_.clear();
   Workspace& ws = c_.workspace();
   // The node's count on my part, counter-major, then piece-major over the M rail peers.
   uint64_t* node_count = sign_scratch(ws, SignScratch::kHierNodeCount, size_t(NP_) * part_.size, instance_);
@@ -87,13 +86,13 @@ void HierRailsSegment::count_and_post_counts() {
   uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
-    requests_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts,
+    recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts,
                                 counts_in + size_t(from) * NP_ * piece_.size, size_t(NP_) * piece_.size * 8));
   }
   for (int d = 1; d < M_; ++d) {
     const int to = (me + d) % M_;
     const Range pt = chunk(part_.size, M_, to);
-    requests_.push_back(c_.send(rail_rank(to), seg_.slot_base + kRailCounts, staged_ + size_t(NP_) * pt.begin,
+    sends_.push_back(c_.send(rail_rank(to), seg_.slot_base + kRailCounts, staged_ + size_t(NP_) * pt.begin,
                                 size_t(NP_) * pt.size * 8));
   }
 }
@@ -101,8 +100,8 @@ void HierRailsSegment::count_and_post_counts() {
 void HierRailsSegment::decide_and_post_results() {
   const int C = plan_.counters, R = plan_.result_planes, me = nodes_.my_node;
   const int full_planes = bits::planes_for(c_.size());
-  c_.wait_all(requests_);
-  requests_.clear();
+  c_.wait_all(recvs_);
+  recvs_.clear();
   Workspace& ws = c_.workspace();
   uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
   std::copy(staged_ + size_t(NP_) * piece_.begin, staged_ + size_t(NP_) * piece_.end(),
@@ -123,11 +122,11 @@ void HierRailsSegment::decide_and_post_results() {
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
     const Range pf = chunk(part_.size, M_, from);
-    requests_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults, my_part + size_t(R) * pf.begin,
+    recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults, my_part + size_t(R) * pf.begin,
                                 size_t(R) * pf.size * 8));
   }
   for (int d = 1; d < M_; ++d) {
-    requests_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults,
+    sends_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults,
                                 my_part + size_t(R) * piece_.begin, size_t(R) * piece_.size * 8));
   }
 }
@@ -135,24 +134,26 @@ void HierRailsSegment::decide_and_post_results() {
 void HierRailsSegment::share_part() {
   const int R = plan_.result_planes;
   const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
-  c_.wait_all(requests_);
-  requests_.clear();
+  c_.wait_all(recvs_);
+  recvs_.clear();
   for (int i = 0; i < L_; ++i) {
     if (i == l_) continue;
     const Range pi = chunk(seg_.nwords, L_, i);
-    requests_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalResult, results_ + size_t(R) * pi.begin,
+    recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalResult, results_ + size_t(R) * pi.begin,
                                 size_t(R) * pi.size * 8));
   }
   for (int d = 1; d < L_; ++d) {
-    requests_.push_back(c_.send(locals[size_t((l_ + d) % L_)], seg_.slot_base + kLocalResult,
+    sends_.push_back(c_.send(locals[size_t((l_ + d) % L_)], seg_.slot_base + kLocalResult,
                                 results_ + size_t(R) * part_.begin, size_t(R) * part_.size * 8));
   }
 }
 
 void HierRailsSegment::finish() {
   const int R = plan_.result_planes;
-  c_.wait_all(requests_);
-  requests_.clear();
+  c_.wait_all(recvs_);
+  recvs_.clear();
+  c_.wait_all(sends_);  // this instance's buffers are reused two segments on
+  sends_.clear();
   for (int i = 0; i < L_; ++i) {
     const Range pi = chunk(seg_.nwords, L_, i);
     uint64_t* part_i = results_ + size_t(R) * pi.begin;

@@ -25,7 +25,7 @@ bool uniform_nodes(const NodeGroups& nodes);
 
 class HierRailsSegment {
  public:
-  // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.
+  // `instance` (0, 1 or 2) picks the workspace buffers: segments in flight together need different ones.
   HierRailsSegment(Collective& c, const SignPlan& plan, const SignSegment& seg, const NodeGroups& nodes,
                    uint32_t instance);
   // Stage 1: this rank's votes on part i go to local rank i; the node's votes on this rank's part are
@@ -56,7 +56,11 @@ class HierRailsSegment {
   uint64_t* inbox_ = nullptr;    // the node's votes on my part, local-rank-major
   uint64_t* staged_ = nullptr;   // the node's count on my part, piece-major (one message per rail peer)
   uint64_t* results_ = nullptr;  // the segment's result, part-major and piece-major within a part
-  std::vector<RequestPtr> requests_;
+  // A stage waits for what it receives only. A send completes when the peer has taken the data, which
+  // over shared memory's rendezvous means when the peer next runs; on a host whose ranks outnumber its
+  // cores that can be a scheduler slice away. The sends are awaited in finish(), before this
+  // instance's buffers can be reused.
+  std::vector<RequestPtr> recvs_, sends_;
 };
 
 }  // namespace pride

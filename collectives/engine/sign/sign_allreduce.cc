@@ -32,16 +32,22 @@ constexpr size_t kPollWords = bits::kMinWordsPerThread;
 // one host there is no slow link to hide: the exchange is a shared-memory copy of 1/32 of the tensor,
 // while every segment adds two waits on the other ranks, each a scheduler time slice where ranks
 // outnumber cores. There direct takes 4 MiB (2^24 fp32 elements, 4 ranks on 2 cores: 1.09× its kernels'
-// time against 1.24× with 128 KiB). Ring, tree, all-gather and hier pay a chain of exchanges per
-// segment, and on one host 128 KiB made them ~25% slower, so they keep 1 MiB. Every rank computes the
-// same size (the node count is the group's; the size is in the fingerprint).
+// time against 1.24× with 128 KiB). Ring, tree and all-gather pay a chain of exchanges per segment, and
+// on one host 128 KiB made them ~25% slower, so they keep 1 MiB. Hier's rails pipeline keeps the link
+// busy between segments (it queues a segment's counts behind the previous one's results), so like
+// direct across hosts it takes 128 KiB: 2 hosts × 2 ranks at 1 Gbit/s, 2^24 fp32, 40.2–40.5 ms against
+// 40.6–42.2 with 256 KiB, 48 with 512 KiB and 44–46 with 64 KiB. Every rank computes the same size
+// (the node count is the group's; the size is in the fingerprint).
 // A caller that knows better passes its own size (SignOptions::segment_bytes: DistributedLion on CUDA
 // parameters, whose planes are exchanged in device memory, distributed_lion_cuda.cc).
 size_t sign_segment_bytes(SignAlgorithm algorithm, int num_nodes, size_t requested) {
   if (const size_t forced = Settings::get().segment_bytes) return forced;
   if (requested != 0) return requested;
-  if (algorithm != SignAlgorithm::kDirect) return size_t{1} << 20;
-  return num_nodes == 1 ? size_t{4} << 20 : size_t{128} << 10;
+  switch (algorithm) {
+    case SignAlgorithm::kDirect: return num_nodes == 1 ? size_t{4} << 20 : size_t{128} << 10;
+    case SignAlgorithm::kHier: return size_t{128} << 10;
+    default: return size_t{1} << 20;
+  }
 }
 
 using AlgorithmFn = void (*)(Collective&, const SignPlan&, const SignSegment&);
@@ -191,34 +197,44 @@ void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, cons
 
 // The hierarchical algorithm's rails (hier_rails_segment.h) as a software pipeline: while segment s's
 // counts cross the inter-node link the thread packs segment s+1 and posts its votes to the node's
-// ranks; while s's results cross it, the thread unpacks segment s−1. run_overlapped's second thread
-// hid the kernels behind the exchanges too, but each segment's exchanges ran one after the other, the
-// first pack and the last unpack exposed; here the link stays busy between segments, and on a host
-// whose ranks outnumber its cores no second thread competes for them.
+// ranks; as soon as s's results are posted, s+1's counts are queued behind them, and while both cross
+// the link the thread takes in segment s−1's parts from the node's ranks and unpacks it. The link thus
+// always has the next message waiting (a segment's counts never wait for the previous segment's
+// results to arrive and be shared in the node), and the node's parts of s−1 have had a whole stage to
+// arrive: three segments are in flight, each with its own buffers. run_overlapped's second thread hid
+// the kernels behind the exchanges too, but each segment's exchanges ran one after the other, the first
+// pack and the last unpack exposed; and on a host whose ranks outnumber its cores no second thread
+// competes for them here. Every wait is on a message posted at an earlier stage of the same order on
+// every rank, so the order cannot deadlock.
 void run_hier_pipelined(Collective& c, SignResult& result, const uint64_t* votes, const std::vector<SegmentRange>& segs,
                         const SegmentHooks& hooks, const NodeGroups& nodes, int threads) {
   const PolledKernels kernels{c, result, segs, hooks, kPollWords * size_t(std::max(threads, 1))};
   auto segment = [&](size_t i) {
     return std::make_unique<HierRailsSegment>(c, result.plan, segment_of(result, votes, segs[i]), nodes,
-                                              uint32_t(i % 2));
+                                              uint32_t(i % 3));
   };
   kernels.pack(0);
-  std::unique_ptr<HierRailsSegment> current = segment(0), next;
+  std::unique_ptr<HierRailsSegment> previous, current = segment(0), next;
   current->post_votes();
+  current->count_and_post_counts();
   for (size_t i = 0; i < segs.size(); ++i) {
     const bool more = i + 1 < segs.size();
-    current->count_and_post_counts();
     if (more) {
       kernels.pack(i + 1);
       next = segment(i + 1);
       next->post_votes();
     }
     current->decide_and_post_results();
-    if (i > 0) kernels.unpack(i - 1);
+    if (more) next->count_and_post_counts();
+    if (previous) {
+      previous->finish();
+      kernels.unpack(i - 1);
+    }
     current->share_part();
-    current->finish();
+    previous = std::move(current);
     current = std::move(next);
   }
+  previous->finish();
   kernels.unpack(segs.size() - 1);
 }
 

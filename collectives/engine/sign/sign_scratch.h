@@ -18,7 +18,7 @@ enum class SignScratch : uint32_t {
   kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults, kHierSum,
 };
 
-// `instance` tells apart segments that are in flight together (the direct and hier pipelines have two).
+// `instance` tells apart segments that are in flight together (the direct pipeline has two, hier's three).
 inline uint64_t* sign_scratch(Workspace& ws, SignScratch what, size_t count, uint32_t instance = 0) {
   constexpr uint32_t kOwner = 0x5160;  // the sign-allreduce's fingerprint op id
   return ws.get<uint64_t>({kOwner, uint32_t(what) * 4 + instance}, count);
