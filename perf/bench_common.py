@@ -34,6 +34,21 @@ def init_pride_group(rank, ranks, store_path):
         dist.init_process_group("pride", store=store, rank=rank, world_size=ranks, timeout=timedelta(minutes=10))
 
 
+def slowest_own_medians(own, warmup, group):
+    """Per case: the median over the timed iterations of the largest own time among the ranks: a
+    step or a call is done when the slowest rank has its result, timed on each rank without the
+    trailing barrier (which costs milliseconds on rate-limited links)."""
+    import statistics
+
+    out = {}
+    for name, times in own.items():
+        mine = torch.tensor(times[warmup:], dtype=torch.float64)
+        every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(every, mine, group=group)
+        out[name] = statistics.median(torch.stack(every).max(dim=0).values.tolist())
+    return out
+
+
 def launch(worker, args, report):
     """Runs worker(rank, args, store_path, out_path) on every rank, then report(args, result) on rank 0
     with the JSON that rank 0's worker wrote to out_path. With args.env this process is one rank of a

@@ -11,8 +11,10 @@ model's) and its own gradients, and times, alternating in one loop so that noise
   local work    DistributedLion over a group of one rank each, all ranks at once: the update, pack
                 and apply without the wire, the floor of the D-Lion step on this machine's cores
 
-and reports medians and the ratio to each fp32 case. The optimizer work runs in every case, so the
-difference is communication. Launches its own ranks, or with --env is one rank of a launcher's job
+and reports medians and the ratio to each fp32 case, timed from a barrier to a barrier after the step;
+also, per case, the median of the slowest rank's own step (from the first barrier's return to the
+step's return on that rank: the trailing barrier costs milliseconds on rate-limited links). The
+optimizer work runs in every case, so the difference is communication. Launches its own ranks, or with --env is one rank of a launcher's job
 (one per network namespace with scripts/netns_run.sh, for rate-limited links):
 
     python perf/bench_dlion_step.py --ranks 4 --log2-numel 22
@@ -28,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes
+from bench_common import ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes, slowest_own_medians
 
 
 class Fp32AllreduceStep:
@@ -107,6 +109,7 @@ def worker(rank, args, store_path, out_path):
     cases["G-AdamW (gloo fp32)"] = (p_adamw, Fp32AllreduceStep(p_adamw, gloo, adamw(p_adamw, 1e-3, 0.01)).step)
 
     times = {name: [] for name in cases}
+    own = {name: [] for name in cases}  # each rank's own step, without the trailing barrier
     pride.reset_stats()
     for it in range(args.warmup + args.iters):
         for name, (params, step) in cases.items():
@@ -115,6 +118,7 @@ def worker(rank, args, store_path, out_path):
             dist.barrier(group=gloo)
             start = time.perf_counter()
             step()
+            own[name].append(time.perf_counter() - start)
             dist.barrier(group=gloo)  # a step is done when every rank has its parameters
             if it >= args.warmup:
                 times[name].append(time.perf_counter() - start)
@@ -123,12 +127,14 @@ def worker(rank, args, store_path, out_path):
     digests = [torch.zeros(1, dtype=torch.float64) for _ in range(args.ranks)]
     dist.all_gather(digests, digest, group=gloo)
     assert all(torch.equal(d, digests[0]) for d in digests), "D-Lion replicas diverged"
+    slowest_own = slowest_own_medians(own, args.warmup, gloo)
     steps = args.warmup + args.iters
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"ranks": args.ranks, "numel": sum(sizes), "tensors": len(sizes),
                        "median_s": {k: statistics.median(v) for k, v in times.items()},
                        "min_s": {k: min(v) for k, v in times.items()},
+                       "median_slowest_own_s": slowest_own,
                        "dlion_bytes_per_step": pride.stats()["bytes_sent"] / steps}, f)
     dist.destroy_process_group()
 
@@ -145,6 +151,10 @@ def report(args, result):
     print(f"# D-Lion sent {result['dlion_bytes_per_step'] * 8 / result['numel']:.3f} bits per parameter per step "
           f"(rank 0); an fp32 ring all-reduce sends {64 * (result['ranks'] - 1) / result['ranks']:.1f}")
     print(f"# the D-Lion step takes {mavo / med['D-Lion local work only']:.2f}x its ranks' local work alone")
+    own = result["median_slowest_own_s"]
+    base = own["D-Lion MaVo (pride)"]
+    print("# the slowest rank's own step, no trailing barrier (median): " +
+          ", ".join(f"{name} {t * 1e3:.1f} ms ({t / base:.2f}x)" for name, t in own.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result,
+from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result, slowest_own_medians,
                           time_alternating)
 
 
@@ -37,19 +37,6 @@ def timed(fn, barrier, own=None):
         own.append(time.perf_counter() - start)
     barrier()  # the slowest rank decides: a collective is done when every rank has its result
     return time.perf_counter() - start
-
-
-def slowest_own_medians(own, warmup, group):
-    """Per case: the median over the timed iterations of the largest own time among the ranks."""
-    import statistics
-
-    out = {}
-    for name, times in own.items():
-        mine = torch.tensor(times[warmup:], dtype=torch.float64)
-        every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(every, mine, group=group)
-        out[name] = statistics.median(torch.stack(every).max(dim=0).values.tolist())
-    return out
 
 
 def worker(rank, args, store_path, out_path):

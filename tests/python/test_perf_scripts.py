@@ -44,6 +44,8 @@ def test_bench_dlion_step_keeps_replicas_identical(tmp_path):
     assert result["numel"] == 1 << 14
     # 2 ranks: 1 bit of votes per parameter plus the result's bit(s), far below the fp32 ring's 32.
     assert 0 < result["dlion_bytes_per_step"] * 8 / result["numel"] < 4
+    assert set(result["median_slowest_own_s"]) == set(result["median_s"])
+    assert all(0 < result["median_slowest_own_s"][k] <= result["median_s"][k] * 4 for k in result["median_s"])
 
 
 def test_bench_startup_runs_its_jobs():
