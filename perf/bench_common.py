@@ -162,6 +162,9 @@ def run_optimizer_configs(rank, configs, make_optimizer, step_kind, averaged, nu
                 p.grad = torch.randn(p.shape, generator=gen)
             before = pride.stats()["collectives"]
             kind = step_kind(config, opt, step)
+            # Every rank starts its step together: without this, a step's collective also waited for
+            # slower ranks still drawing their random gradients (4 ranks on 2 cores drift apart).
+            dist.barrier()
             start = time.perf_counter()
             if config in averaged:
                 flat = torch.cat([p.grad for p in params])

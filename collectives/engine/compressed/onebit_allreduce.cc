@@ -107,7 +107,9 @@ void onebit_allreduce(Communicator& comm, OnebitOps& ops, size_t numel) {
 }
 
 void onebit_compress_alone(float* x, float* worker_error, float* server_error, size_t numel) {
-  Workspace ws;
+  // Kept from call to call, as a communicator's workspace is: a fresh one paid the page faults of the
+  // owner's average (numel floats) every step, 14 ms of a 2^22-element call against 3 ms of arithmetic.
+  thread_local Workspace ws;
   HostOnebitOps ops(ws, x, worker_error, server_error, numel);
   const size_t W = bits::words_for(numel);
   uint64_t* signs = scratch(ws, kShards, W);
