@@ -147,6 +147,7 @@ def run_optimizer_configs(rank, configs, make_optimizer, step_kind, averaged, nu
     import pride
 
     world = dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
     sizes = [numel // 4, numel // 4, numel - 2 * (numel // 4)]  # a few tensors, as in a model
     results = {}
     for config in configs:
@@ -160,11 +161,12 @@ def run_optimizer_configs(rank, configs, make_optimizer, step_kind, averaged, nu
         for step in range(steps):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen)
-            before = pride.stats()["collectives"]
             kind = step_kind(config, opt, step)
             # Every rank starts its step together: without this, a step's collective also waited for
-            # slower ranks still drawing their random gradients (4 ranks on 2 cores drift apart).
-            dist.barrier()
+            # slower ranks still drawing their random gradients (4 ranks on 2 cores drift apart). A Gloo
+            # barrier, so that pride's counts of bytes and rounds are the optimizer's alone.
+            dist.barrier(group=gloo)
+            before = pride.stats()["collectives"]
             start = time.perf_counter()
             if config in averaged:
                 flat = torch.cat([p.grad for p in params])
