@@ -5,7 +5,7 @@
 # machine with network access (bash scripts/fetch_device_files.sh) and bring it along.
 #
 #   bash scripts/device_test.sh [--files DIR] [--out DIR] [--jobs N] [--suite all|ctest|pytest|gpu]
-#                               [--bench | --bench-quick] [--ctest-regex R] [--pytest-k EXPR]...
+#                               [--bench | --bench-quick | --bench-cpu] [--ctest-regex R] [--pytest-k EXPR]...
 #                               [--workers N] [--budget SECONDS]
 #
 #   --files DIR     wheels to install (default .whl): libucx-cu13, lion-pytorch, expecttest
@@ -13,6 +13,7 @@
 #   --suite S       all (default), ctest, pytest, or gpu (only the tests labelled/marked gpu)
 #   --bench         also run the GPU benchmarks (scripts/device_bench.sh) after the tests
 #   --bench-quick   the same on 20M parameters instead of 350M (minutes less)
+#   --bench-cpu     instead, issue 15's optional host-CPU figures (device_bench.sh --cpu; ~2 minutes)
 #   --pytest-k EXPR select pytest tests; give it several times for several pytest runs, in that order
 #   --workers N     pytest-xdist workers (default: cores / 4)
 #   --budget S      the whole run's wall-clock limit: every phase runs under a timeout of what is left
@@ -37,6 +38,7 @@ PYTEST_KS=()
 WORKERS=""
 BUDGET=0
 QUICK=0
+CPU_BENCH=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --files) FILES="$2"; shift 2 ;;
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
     --suite) SUITE="$2"; shift 2 ;;
     --bench) BENCH=1; shift ;;
     --bench-quick) BENCH=1; QUICK=1; shift ;;
+    --bench-cpu) BENCH=1; CPU_BENCH=1; shift ;;
     --ctest-regex) CTEST_REGEX="$2"; shift 2 ;;
     --pytest-k) PYTEST_KS+=("$2"); shift 2 ;;
     --workers) WORKERS="$2"; shift 2 ;;
@@ -164,9 +167,10 @@ if [ "$BENCH" = 1 ]; then
   say "benchmarks (scripts/device_bench.sh)"
   bench_args=(--out "$RESULTS")
   [ "$QUICK" = 1 ] && bench_args+=(--quick)
+  [ "$CPU_BENCH" = 1 ] && bench_args+=(--cpu)
   phase_t=$(date +%s)
   within bench bash scripts/device_bench.sh "${bench_args[@]}" >"$RESULTS/bench.log" 2>&1 || status=1
-  echo "- bench$([ "$QUICK" = 1 ] && echo ' (quick)'): $(( $(date +%s) - phase_t )) s, log bench.log" >>"$summary"
+  echo "- bench$([ "$QUICK" = 1 ] && echo ' (quick)')$([ "$CPU_BENCH" = 1 ] && echo ' (host CPU)'): $(( $(date +%s) - phase_t )) s, log bench.log" >>"$summary"
   tail -40 "$RESULTS/bench.log"
 fi
 say "done, exit $status"
