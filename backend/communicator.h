@@ -230,8 +230,8 @@ class Communicator {
   int local_rank_ = 0;
   int local_size_ = 1;
   double ranks_per_core_ = 1.0;
-  // This machine's cores are shared by more ranks than it has: by the ranks of one host, or by the
-  // simulated hosts (network namespaces) of one machine, which ranks_per_core_ counts apart.
+  // A wait should block early: some host of the group has more ranks than cores (ranks_per_core_), or
+  // this machine does, simulated hosts (network namespaces) included, which ranks_per_core_ counts apart.
   bool cores_shared_ = false;
   int kernel_threads_ = 1;
   std::vector<int> node_of_rank_;

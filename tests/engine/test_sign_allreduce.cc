@@ -259,7 +259,8 @@ TEST(SignAllreduce, TritResultsChosenWhereTheySaveTime) {
 
 // The hierarchical algorithm over simulated nodes (each rank reports a host name of its own choosing):
 // even and uneven nodes, a node of one rank, every rank a node of its own. Every mode, vote kind, odd
-// size and many segments against the oracle, with the node map the communicator learned checked first.
+// size, and one, two, three and many segments (the rails pipeline has three in flight) against the
+// oracle, with the node map the communicator learned checked first.
 TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
   // Rails: 2 × 2, 3 × 2, 2 × 3, nodes whose ranks interleave, one node. Leader: uneven nodes, one
   // rank per node.
@@ -277,7 +278,8 @@ TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
         uint64_t salt = 8000;
         for (auto mode : {SignMode::kVote, SignMode::kMean}) {
           for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
-            for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 64 * 5 + 33)}) {
+            for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 64 * 2 - 5), size_t(64 * 64 * 3 - 1),
+                             size_t(64 * 64 * 5 + 33)}) {
               check_case(comm, {SignAlgorithm::kHier, mode, kind, DType::kFloat32, n}, salt++);
             }
           }

@@ -152,7 +152,7 @@ void HierRailsSegment::finish() {
   const int R = plan_.result_planes;
   c_.wait_all(recvs_);
   recvs_.clear();
-  c_.wait_all(sends_);  // this instance's buffers are reused two segments on
+  c_.wait_all(sends_);  // this instance's buffers are reused three segments on
   sends_.clear();
   for (int i = 0; i < L_; ++i) {
     const Range pi = chunk(seg_.nwords, L_, i);

@@ -38,7 +38,8 @@ class HierRailsSegment {
   void decide_and_post_results();
   // Stage 4: waits for the rail's result pieces and sends the node's other ranks this rank's part.
   void share_part();
-  // Stage 5: waits for the node's other parts and writes the segment's result planes.
+  // Stage 5: waits for the node's other parts and for every send of the segment, and writes the
+  // segment's result planes.
   void finish();
 
  private:

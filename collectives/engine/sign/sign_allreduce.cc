@@ -33,19 +33,20 @@ constexpr size_t kPollWords = bits::kMinWordsPerThread;
 // while every segment adds two waits on the other ranks, each a scheduler time slice where ranks
 // outnumber cores. There direct takes 4 MiB (2^24 fp32 elements, 4 ranks on 2 cores: 1.09× its kernels'
 // time against 1.24× with 128 KiB). Ring, tree and all-gather pay a chain of exchanges per segment, and
-// on one host 128 KiB made them ~25% slower, so they keep 1 MiB. Hier's rails pipeline keeps the link
-// busy between segments (it queues a segment's counts behind the previous one's results), so like
-// direct across hosts it takes 128 KiB: 2 hosts × 2 ranks at 1 Gbit/s, 2^24 fp32, 40.2–40.5 ms against
-// 40.6–42.2 with 256 KiB, 48 with 512 KiB and 44–46 with 64 KiB. Every rank computes the same size
-// (the node count is the group's; the size is in the fingerprint).
+// on one host 128 KiB made them ~25% slower, so they keep 1 MiB, as does hier's leader scheme (nodes of
+// unequal size), a chain of exchanges too. Hier's rails pipeline keeps the link busy between segments
+// (it queues a segment's counts behind the previous one's results), so like direct across hosts it
+// takes 128 KiB: 2 hosts × 2 ranks at 1 Gbit/s, 2^24 fp32, 40.2–40.5 ms against 40.6–42.2 with
+// 256 KiB, 48 with 512 KiB and 44–46 with 64 KiB. Every rank computes the same size (the node count
+// and the node map are the group's; the size is in the fingerprint).
 // A caller that knows better passes its own size (SignOptions::segment_bytes: DistributedLion on CUDA
 // parameters, whose planes are exchanged in device memory, distributed_lion_cuda.cc).
-size_t sign_segment_bytes(SignAlgorithm algorithm, int num_nodes, size_t requested) {
+size_t sign_segment_bytes(SignAlgorithm algorithm, int num_nodes, bool hier_rails, size_t requested) {
   if (const size_t forced = Settings::get().segment_bytes) return forced;
   if (requested != 0) return requested;
   switch (algorithm) {
     case SignAlgorithm::kDirect: return num_nodes == 1 ? size_t{4} << 20 : size_t{128} << 10;
-    case SignAlgorithm::kHier: return size_t{128} << 10;
+    case SignAlgorithm::kHier: return hier_rails ? size_t{128} << 10 : size_t{1} << 20;
     default: return size_t{1} << 20;
   }
 }
@@ -263,7 +264,10 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
   // A segment never exceeds the tensor: sizes beyond it mean the same call, and the fingerprint's
   // segment field then stays below kFingerprintTritResults' bit for any tensor under 2^43 elements.
-  call.segment_words = std::clamp<size_t>(sign_segment_bytes(call.algorithm, comm.num_nodes(), options.segment_bytes) / 8,
+  const bool hier_rails = call.algorithm == SignAlgorithm::kHier &&
+                          uniform_nodes(NodeGroups::make(comm.node_of_rank(), comm.rank()));
+  call.segment_words = std::clamp<size_t>(sign_segment_bytes(call.algorithm, comm.num_nodes(), hier_rails,
+                                                             options.segment_bytes) / 8,
                                           1, std::max<size_t>(1, bits::words_for(numel)));
   Fingerprint& fp = call.fingerprint;
   fp.op = kSignAllreduceOp;
