@@ -54,13 +54,13 @@ void HierRailsSegment::post_votes() {
   for (int i = 0; i < L_; ++i) {
     if (i == l_) continue;
     recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalVotes, inbox_ + size_t(i) * C * part_.size,
-                                size_t(C) * part_.size * 8));
+                             size_t(C) * part_.size * 8));
   }
   for (int d = 1; d < L_; ++d) {
     const int to = (l_ + d) % L_;
     const Range pt = chunk(W, L_, to);
     sends_.push_back(c_.send(locals[size_t(to)], seg_.slot_base + kLocalVotes, staged_votes + size_t(C) * pt.begin,
-                                size_t(C) * pt.size * 8));
+                             size_t(C) * pt.size * 8));
   }
 }
 
@@ -87,13 +87,13 @@ void HierRailsSegment::count_and_post_counts() {
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
     recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts,
-                                counts_in + size_t(from) * NP_ * piece_.size, size_t(NP_) * piece_.size * 8));
+                             counts_in + size_t(from) * NP_ * piece_.size, size_t(NP_) * piece_.size * 8));
   }
   for (int d = 1; d < M_; ++d) {
     const int to = (me + d) % M_;
     const Range pt = chunk(part_.size, M_, to);
     sends_.push_back(c_.send(rail_rank(to), seg_.slot_base + kRailCounts, staged_ + size_t(NP_) * pt.begin,
-                                size_t(NP_) * pt.size * 8));
+                             size_t(NP_) * pt.size * 8));
   }
 }
 
@@ -123,11 +123,11 @@ void HierRailsSegment::decide_and_post_results() {
     const int from = (me - d + M_) % M_;
     const Range pf = chunk(part_.size, M_, from);
     recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults, my_part + size_t(R) * pf.begin,
-                                size_t(R) * pf.size * 8));
+                             size_t(R) * pf.size * 8));
   }
   for (int d = 1; d < M_; ++d) {
     sends_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults,
-                                my_part + size_t(R) * piece_.begin, size_t(R) * piece_.size * 8));
+                             my_part + size_t(R) * piece_.begin, size_t(R) * piece_.size * 8));
   }
 }
 
@@ -140,11 +140,11 @@ void HierRailsSegment::share_part() {
     if (i == l_) continue;
     const Range pi = chunk(seg_.nwords, L_, i);
     recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalResult, results_ + size_t(R) * pi.begin,
-                                size_t(R) * pi.size * 8));
+                             size_t(R) * pi.size * 8));
   }
   for (int d = 1; d < L_; ++d) {
     sends_.push_back(c_.send(locals[size_t((l_ + d) % L_)], seg_.slot_base + kLocalResult,
-                                results_ + size_t(R) * part_.begin, size_t(R) * part_.size * 8));
+                             results_ + size_t(R) * part_.begin, size_t(R) * part_.size * 8));
   }
 }
 
