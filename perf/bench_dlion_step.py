@@ -14,8 +14,9 @@ model's) and its own gradients, and times, alternating in one loop so that noise
 and reports medians and the ratio to each fp32 case, timed from a barrier to a barrier after the step;
 also, per case, the median of the slowest rank's own step (from the first barrier's return to the
 step's return on that rank: the trailing barrier costs milliseconds on rate-limited links). The
-optimizer work runs in every case, so the difference is communication. Launches its own ranks, or with --env is one rank of a launcher's job
-(one per network namespace with scripts/netns_run.sh, for rate-limited links):
+optimizer work runs in every case, so the difference is communication. Launches its own ranks, or
+with --env is one rank of a launcher's job (one per network namespace with scripts/netns_run.sh, for
+rate-limited links):
 
     python perf/bench_dlion_step.py --ranks 4 --log2-numel 22
     bash scripts/netns_run.sh -n 4 -r 1gbit -- .venv/bin/python perf/bench_dlion_step.py --env

@@ -24,8 +24,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result, slowest_own_medians,
-                          time_alternating)
+from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result,
+                          slowest_own_medians, time_alternating)
 
 
 def timed(fn, barrier, own=None):
