@@ -70,7 +70,8 @@ AlgorithmFn algorithm_fn(SignAlgorithm a) {
 namespace {
 
 // Per-segment work of the values API around the communication: pack a segment's votes before it is
-// sent, unpack its result after. Word ranges of the flat planes; either may be empty.
+// sent, unpack its result after. Word ranges of the flat planes; either may be empty. The runners below
+// are handed the first segment packed already (run_sign_allreduce packs it before the fingerprint check).
 struct SegmentHooks {
   std::function<void(size_t first_word, size_t nwords)> pack;
   std::function<void(const SignResult& result, size_t first_word, size_t nwords)> unpack;
@@ -98,7 +99,7 @@ void run_in_sequence(Collective& c, PlaneOps& ops, SignResult& result, const uin
                      const std::vector<SegmentRange>& segs, const SegmentHooks& hooks) {
   AlgorithmFn run = algorithm_fn(result.algorithm);
   for (const SegmentRange& s : segs) {
-    if (hooks.pack) hooks.pack(s.first_word, s.nwords);
+    if (hooks.pack && &s != &segs.front()) hooks.pack(s.first_word, s.nwords);  // the first: before the check
     const SignSegment seg = segment_of(result, votes, s);
     if (result.algorithm == SignAlgorithm::kDirect) sign_direct(c, ops, result.plan, seg);
     else run(c, result.plan, seg);
@@ -125,7 +126,6 @@ void run_overlapped(Collective& c, SignResult& result, const uint64_t* votes, co
   auto unpack = [&](size_t i) {
     if (hooks.unpack) hooks.unpack(result, segs[i].first_word, segs[i].nwords);
   };
-  pack(0);
   for (size_t i = 0; i < segs.size(); ++i) {
     // std::async's future joins in its destructor: if the algorithm throws, the kernels finish before
     // the buffers they use unwind.
@@ -174,7 +174,6 @@ void run_direct_pipelined(Collective& c, PlaneOps& ops, SignResult& result, cons
   auto segment = [&](size_t i) {
     return std::make_unique<DirectSegment>(c, ops, result.plan, segment_of(result, votes, segs[i]), uint32_t(i % 2));
   };
-  kernels.pack(0);
   std::unique_ptr<DirectSegment> current = segment(0), next;
   current->post_shards();
   for (size_t i = 0; i < segs.size(); ++i) {
@@ -214,7 +213,6 @@ void run_hier_pipelined(Collective& c, SignResult& result, const uint64_t* votes
     return std::make_unique<HierRailsSegment>(c, result.plan, segment_of(result, votes, segs[i]), nodes,
                                               uint32_t(i % 3));
   };
-  kernels.pack(0);
   std::unique_ptr<HierRailsSegment> previous, current = segment(0), next;
   current->post_votes();
   current->count_and_post_counts();
@@ -302,9 +300,6 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   }
 
   const size_t segment_words = call.segment_words;
-  Collective c = options.call_agreed ? comm.begin_agreed("sign_allreduce", name(result.algorithm))
-                                     : comm.begin("sign_allreduce", name(result.algorithm), call.fingerprint);
-
   const uint32_t slots = sign_slots_per_segment(comm.size());
   std::vector<SegmentRange> segs;
   uint32_t slot = 0;
@@ -312,6 +307,14 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
     segs.push_back({begin, std::min(segment_words, result.nwords - begin), slot});
     slot = slot + 2 * slots > Collective::kMaxSlot ? 0 : slot + slots;
   }
+  // The first segment is packed before the fingerprint check, which every runner below then takes as
+  // done: packing only reads the tensor and writes this rank's own votes, so a call the check refuses
+  // has sent nothing. The check's rounds then meet ranks that have already packed, and the shards go
+  // out right after it: one wait on the slowest rank fewer per call (with 4 ranks on 2 cores each such
+  // wait costs a scheduler slice; docs/performance.md).
+  if (hooks.pack && !segs.empty()) hooks.pack(segs.front().first_word, segs.front().nwords);
+  Collective c = options.call_agreed ? comm.begin_agreed("sign_allreduce", name(result.algorithm))
+                                     : comm.begin("sign_allreduce", name(result.algorithm), call.fingerprint);
   if (segs.empty()) return result;
   if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
     run_direct_pipelined(c, *ops, result, votes, segs, hooks, comm.kernel_threads());
