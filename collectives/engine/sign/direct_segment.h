@@ -39,7 +39,8 @@ class DirectSegment {
   // Stage 2: waits for the shards, counts the N planes of this rank's chunk, decides, and sends the
   // result chunk to everyone (posted; returns at once).
   void vote_and_post_results();
-  // Stage 3: waits for every owner's result chunk and writes the segment's result planes.
+  // Stage 3: waits for every owner's result chunk (received into the segment's result planes, or
+  // decoded there from trits).
   void finish();
 
  private:
@@ -50,8 +51,7 @@ class DirectSegment {
   uint32_t instance_;
   const uint64_t* shards_ = nullptr;  // this rank's votes, chunk-major (chunk j: `counters` planes)
   uint64_t* inbox_ = nullptr;    // peers' votes on my chunk
-  uint64_t* results_ = nullptr;  // result chunks, chunk-major
-  uint8_t* trits_ = nullptr;     // the same as trits (plan.trit_results), chunk-major bytes
+  uint8_t* trits_ = nullptr;     // result chunks as trits (plan.trit_results), chunk-major bytes
   std::vector<RequestPtr> requests_;
 };
 

@@ -72,9 +72,14 @@ void DirectSegment::post_shards() {
   }
 }
 
+// The results go straight into the caller's result planes: the owner decides its chunk there, each
+// plane of a chunk travels as its own message (slot_base + 1 + p; R ≤ 2 for votes, ≤ planes_for(2N) for the
+// mean: within the segment's 2N slots for every N ≥ 2) and lands where it belongs, so no chunk-major copy is
+// scattered into planes afterwards (4 MiB of copying per call at 2^24 elements and N = 4). Trits are
+// one message per chunk, decoded into the planes.
 void DirectSegment::vote_and_post_results() {
   const int n = c_.size(), r = c_.rank(), counters = plan_.counters, R = plan_.result_planes;
-  const size_t W = seg_.nwords;
+  const size_t W = seg_.nwords, stride = seg_.result_stride;
   const Range mine = chunk(W, n, r);
   c_.wait_all(requests_);
   requests_.clear();
@@ -82,48 +87,52 @@ void DirectSegment::vote_and_post_results() {
   // Count the N planes of my chunk at once (positional popcount), per counter.
   const int planes = bits::planes_for(n);
   const uint64_t* counts = count_direct_chunk(ops_, shards_, inbox_, counters, W, n, r, instance_);
-
-  // Every owner sends its result chunk to everyone (chunk-major again).
-  results_ = ops_.scratch(SignScratch::kDirectResults, size_t(R) * W, instance_);
-  ops_.finalize(plan_, counts, planes, mine.size, results_ + size_t(R) * mine.begin, mine.size);
-  // What goes on the wire for chunk j: its R planes, or its trits (bytes, chunk-major likewise).
-  auto message = [&](int j) -> std::pair<void*, size_t> {
-    const Range ch = chunk(W, n, j);
-    if (trits_ != nullptr) return {trits_ + direct_trit_offset(W, n, j), bits::trits::bytes_for_words(ch.size)};
-    return {results_ + size_t(R) * ch.begin, size_t(R) * ch.size * 8};
-  };
+  ops_.finalize(plan_, counts, planes, mine.size, seg_.result + mine.begin, stride);
   if (plan_.trit_results) {
     const size_t total = direct_trit_offset(W, n, n);
     trits_ = reinterpret_cast<uint8_t*>(ops_.scratch(SignScratch::kDirectTrits, (total + 7) / 8, instance_));
-    ops_.encode_trits(results_ + size_t(R) * mine.begin, mine.size, mine.size, trits_ + direct_trit_offset(W, n, r));
+    ops_.encode_trits(seg_.result + mine.begin, stride, mine.size, trits_ + direct_trit_offset(W, n, r));
   }
-  ops_.settle();  // my result chunk is decided, and the last reader of this instance's results is done
+  ops_.settle();  // my result chunk is decided (and encoded): it may go on the wire
   const MemoryType memory = ops_.memory();
+  const uint32_t slot = seg_.slot_base + 1;
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;
-    auto [buf, bytes] = message(from);
-    requests_.push_back(c_.recv(from, seg_.slot_base + 1, buf, bytes, memory));
+    const Range ch = chunk(W, n, from);
+    if (trits_ != nullptr) {
+      requests_.push_back(c_.recv(from, slot, trits_ + direct_trit_offset(W, n, from),
+                                  bits::trits::bytes_for_words(ch.size), memory));
+      continue;
+    }
+    for (int p = 0; p < R; ++p) {
+      requests_.push_back(
+          c_.recv(from, slot + uint32_t(p), seg_.result + size_t(p) * stride + ch.begin, ch.size * 8, memory));
+    }
   }
-  auto [mine_buf, mine_bytes] = message(r);
   for (int d = 1; d < n; ++d) {
-    requests_.push_back(c_.send((r + d) % n, seg_.slot_base + 1, mine_buf, mine_bytes, memory));
+    const int to = (r + d) % n;
+    if (trits_ != nullptr) {
+      requests_.push_back(c_.send(to, slot, trits_ + direct_trit_offset(W, n, r),
+                                  bits::trits::bytes_for_words(mine.size), memory));
+      continue;
+    }
+    for (int p = 0; p < R; ++p) {
+      requests_.push_back(
+          c_.send(to, slot + uint32_t(p), seg_.result + size_t(p) * stride + mine.begin, mine.size * 8, memory));
+    }
   }
 }
 
 void DirectSegment::finish() {
-  const int n = c_.size(), R = plan_.result_planes;
+  const int n = c_.size();
   c_.wait_all(requests_);
   requests_.clear();
   for (int j = 0; j < n && trits_ != nullptr; ++j) {  // the other owners' chunks back into planes
     const Range ch = chunk(seg_.nwords, n, j);
     if (j != c_.rank()) {
-      ops_.decode_trits(trits_ + direct_trit_offset(seg_.nwords, n, j), ch.size, results_ + size_t(R) * ch.begin,
-                        ch.size);
+      ops_.decode_trits(trits_ + direct_trit_offset(seg_.nwords, n, j), ch.size, seg_.result + ch.begin,
+                        seg_.result_stride);
     }
-  }
-  for (int j = 0; j < n; ++j) {
-    const Range ch = chunk(seg_.nwords, n, j);
-    ops_.scatter(results_ + size_t(R) * ch.begin, R, ch, seg_.result, seg_.result_stride);
   }
 }
 
