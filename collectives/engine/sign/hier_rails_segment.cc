@@ -42,15 +42,19 @@ void HierRailsSegment::post_votes() {
   const size_t W = seg_.nwords;
   const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
   Workspace& ws = c_.workspace();
-  // My votes on every part, part-major: one message per local peer.
-  uint64_t* staged_votes = sign_scratch(ws, SignScratch::kHierVotes, size_t(C) * W, instance_);
-  for (int i = 0; i < L_; ++i) {
-    const Range pi = chunk(W, L_, i);
-    gather_planes(seg_.votes, seg_.vote_stride, C, pi, staged_votes + size_t(C) * pi.begin);
+  // My votes on every part, part-major: one message per local peer. A single plane (binary votes) is
+  // that already; ternary votes' two planes are interleaved part by part.
+  const uint64_t* staged_votes = seg_.votes;
+  if (C > 1) {
+    uint64_t* staged = sign_scratch(ws, SignScratch::kHierVotes, size_t(C) * W, instance_);
+    for (int i = 0; i < L_; ++i) {
+      const Range pi = chunk(W, L_, i);
+      gather_planes(seg_.votes, seg_.vote_stride, C, pi, staged + size_t(C) * pi.begin);
+    }
+    staged_votes = staged;
   }
+  own_votes_ = staged_votes + size_t(C) * part_.begin;  // counted where it is, not copied into the inbox
   inbox_ = sign_scratch(ws, SignScratch::kHierCountsIn, size_t(L_) * C * part_.size, instance_);
-  std::copy(staged_votes + size_t(C) * part_.begin, staged_votes + size_t(C) * part_.end(),
-            inbox_ + size_t(l_) * C * part_.size);
   for (int i = 0; i < L_; ++i) {
     if (i == l_) continue;
     recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalVotes, inbox_ + size_t(i) * C * part_.size,
@@ -73,7 +77,9 @@ void HierRailsSegment::count_and_post_counts() {
   uint64_t* node_count = sign_scratch(ws, SignScratch::kHierNodeCount, size_t(NP_) * part_.size, instance_);
   std::vector<const uint64_t*> ballots(static_cast<size_t>(L_));
   for (int k = 0; k < C; ++k) {
-    for (int i = 0; i < L_; ++i) ballots[size_t(i)] = inbox_ + size_t(i) * C * part_.size + size_t(k) * part_.size;
+    for (int i = 0; i < L_; ++i) {
+      ballots[size_t(i)] = (i == l_ ? own_votes_ : inbox_ + size_t(i) * C * part_.size) + size_t(k) * part_.size;
+    }
     bits::count_planes(ballots.data(), L_, part_.size, node_count + size_t(k * local_planes_) * part_.size,
                        local_planes_);
   }
@@ -103,16 +109,15 @@ void HierRailsSegment::decide_and_post_results() {
   c_.wait_all(recvs_);
   recvs_.clear();
   Workspace& ws = c_.workspace();
-  uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
-  std::copy(staged_ + size_t(NP_) * piece_.begin, staged_ + size_t(NP_) * piece_.end(),
-            counts_in + size_t(me) * NP_ * piece_.size);
+  const uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
   uint64_t* total = sign_scratch(ws, SignScratch::kHierSum, size_t(C * full_planes) * piece_.size, instance_);
   std::fill(total, total + size_t(C * full_planes) * piece_.size, 0);
   for (int j = 0; j < M_; ++j) {
+    // My node's count on my piece is added where it was staged; the rail's arrived in counts_in.
+    const uint64_t* node_j = j == me ? staged_ + size_t(NP_) * piece_.begin : counts_in + size_t(j) * NP_ * piece_.size;
     for (int k = 0; k < C; ++k) {
       bits::counter_add(total + size_t(k * full_planes) * piece_.size, full_planes,
-                        counts_in + size_t(j) * NP_ * piece_.size + size_t(k * local_planes_) * piece_.size,
-                        local_planes_, piece_.size);
+                        node_j + size_t(k * local_planes_) * piece_.size, local_planes_, piece_.size);
     }
   }
   // The result over the whole segment, part-major over the L parts and within a part over the M pieces.

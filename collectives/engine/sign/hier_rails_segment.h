@@ -54,7 +54,8 @@ class HierRailsSegment {
   int local_planes_, NP_;    // planes of a count of L votes; of one node's count (all counters)
   patterns::Range part_{};   // this rank's part of the segment's words
   patterns::Range piece_{};  // this node's piece of the part, which this rank owns on its rail
-  uint64_t* inbox_ = nullptr;    // the node's votes on my part, local-rank-major
+  const uint64_t* own_votes_ = nullptr;  // my votes on my part (`counters` planes of the part)
+  uint64_t* inbox_ = nullptr;    // the local peers' votes on my part, local-rank-major (my slot unused)
   uint64_t* staged_ = nullptr;   // the node's count on my part, piece-major (one message per rail peer)
   uint64_t* results_ = nullptr;  // the segment's result, part-major and piece-major within a part
   // A stage waits for what it receives only. A send completes when the peer has taken the data, which
