@@ -13,8 +13,10 @@ using patterns::chunk;
 using patterns::Range;
 
 namespace {
-// Slots of one segment (sign_slots_per_segment(N) >= 4 for N >= 2).
-constexpr uint32_t kLocalVotes = 0, kRailCounts = 1, kRailResults = 2, kLocalResult = 3;
+// Slots of one segment: result plane p travels on kRailResults + p between nodes and on
+// kLocalResult(R) + p inside the node (2 + 2R <= sign_slots_per_segment(N)).
+constexpr uint32_t kLocalVotes = 0, kRailCounts = 1, kRailResults = 2;
+constexpr uint32_t kLocalResult(int result_planes) { return kRailResults + uint32_t(result_planes); }
 }  // namespace
 
 bool uniform_nodes(const NodeGroups& nodes) {
@@ -120,54 +122,55 @@ void HierRailsSegment::decide_and_post_results() {
                         node_j + size_t(k * local_planes_) * piece_.size, local_planes_, piece_.size);
     }
   }
-  // The result over the whole segment, part-major over the L parts and within a part over the M pieces.
-  results_ = sign_scratch(ws, SignScratch::kHierResults, size_t(R) * seg_.nwords, instance_);
-  uint64_t* my_part = results_ + size_t(R) * part_.begin;
-  plan_.finalize(total, full_planes, piece_.size, my_part + size_t(R) * piece_.begin, piece_.size);
+  // The result goes straight into the segment's result planes: my piece is decided there, and each
+  // plane of a piece or part travels as its own message into its place, so nothing is scattered into
+  // planes at the end.
+  const size_t stride = seg_.result_stride;
+  uint64_t* my_part = seg_.result + part_.begin;
+  plan_.finalize(total, full_planes, piece_.size, my_part + piece_.begin, stride);
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
     const Range pf = chunk(part_.size, M_, from);
-    recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults, my_part + size_t(R) * pf.begin,
-                             size_t(R) * pf.size * 8));
+    for (int p = 0; p < R; ++p) {
+      recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults + uint32_t(p),
+                               my_part + size_t(p) * stride + pf.begin, pf.size * 8));
+    }
   }
   for (int d = 1; d < M_; ++d) {
-    sends_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults,
-                             my_part + size_t(R) * piece_.begin, size_t(R) * piece_.size * 8));
+    for (int p = 0; p < R; ++p) {
+      sends_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults + uint32_t(p),
+                               my_part + size_t(p) * stride + piece_.begin, piece_.size * 8));
+    }
   }
 }
 
 void HierRailsSegment::share_part() {
   const int R = plan_.result_planes;
+  const size_t stride = seg_.result_stride;
   const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
   c_.wait_all(recvs_);
   recvs_.clear();
   for (int i = 0; i < L_; ++i) {
     if (i == l_) continue;
     const Range pi = chunk(seg_.nwords, L_, i);
-    recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalResult, results_ + size_t(R) * pi.begin,
-                             size_t(R) * pi.size * 8));
+    for (int p = 0; p < R; ++p) {
+      recvs_.push_back(c_.recv(locals[size_t(i)], seg_.slot_base + kLocalResult(R) + uint32_t(p),
+                               seg_.result + size_t(p) * stride + pi.begin, pi.size * 8));
+    }
   }
   for (int d = 1; d < L_; ++d) {
-    sends_.push_back(c_.send(locals[size_t((l_ + d) % L_)], seg_.slot_base + kLocalResult,
-                             results_ + size_t(R) * part_.begin, size_t(R) * part_.size * 8));
+    for (int p = 0; p < R; ++p) {
+      sends_.push_back(c_.send(locals[size_t((l_ + d) % L_)], seg_.slot_base + kLocalResult(R) + uint32_t(p),
+                               seg_.result + size_t(p) * stride + part_.begin, part_.size * 8));
+    }
   }
 }
 
 void HierRailsSegment::finish() {
-  const int R = plan_.result_planes;
   c_.wait_all(recvs_);
   recvs_.clear();
   c_.wait_all(sends_);  // this instance's buffers are reused three segments on
   sends_.clear();
-  for (int i = 0; i < L_; ++i) {
-    const Range pi = chunk(seg_.nwords, L_, i);
-    uint64_t* part_i = results_ + size_t(R) * pi.begin;
-    for (int j = 0; j < M_; ++j) {
-      const Range pj = chunk(pi.size, M_, j);
-      scatter_planes(part_i + size_t(R) * pj.begin, R, {pi.begin + pj.begin, pj.size}, seg_.result,
-                     seg_.result_stride);
-    }
-  }
 }
 
 }  // namespace pride

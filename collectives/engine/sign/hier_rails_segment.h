@@ -38,8 +38,8 @@ class HierRailsSegment {
   void decide_and_post_results();
   // Stage 4: waits for the rail's result pieces and sends the node's other ranks this rank's part.
   void share_part();
-  // Stage 5: waits for the node's other parts and for every send of the segment, and writes the
-  // segment's result planes.
+  // Stage 5: waits for the node's other parts (received into the segment's result planes) and for
+  // every send of the segment.
   void finish();
 
  private:
@@ -57,7 +57,6 @@ class HierRailsSegment {
   const uint64_t* own_votes_ = nullptr;  // my votes on my part (`counters` planes of the part)
   uint64_t* inbox_ = nullptr;    // the local peers' votes on my part, local-rank-major (my slot unused)
   uint64_t* staged_ = nullptr;   // the node's count on my part, piece-major (one message per rail peer)
-  uint64_t* results_ = nullptr;  // the segment's result, part-major and piece-major within a part
   // A stage waits for what it receives only. A send completes when the peer has taken the data, which
   // over shared memory's rendezvous means when the peer next runs; on a host whose ranks outnumber its
   // cores that can be a scheduler slice away. The sends are awaited in finish(), before this

@@ -2,10 +2,12 @@
 // through the communicator; all produce the identical result planes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "backend/communicator.h"
+#include "collectives/bits/kernels.h"
 #include "collectives/engine/sign/sign_plan.h"
 
 namespace pride {
@@ -22,7 +24,11 @@ struct SignSegment {
   uint32_t slot_base = 0;
 };
 
-inline uint32_t sign_slots_per_segment(int nranks) { return uint32_t(2 * nranks); }
+// 2N, and at least what messages sent one result plane at a time need (hier's rails: 2 + 2R slots,
+// R ≤ planes_for(2N) result planes).
+inline uint32_t sign_slots_per_segment(int nranks) {
+  return uint32_t(std::max(2 * nranks, 2 + 2 * bits::planes_for(2 * nranks)));
+}
 
 // Ring: reduce-scatter where the partial count of k votes travels as planes_for(k) planes, then a
 // ring all-gather of the result. Bandwidth-friendly, 2(N−1) latency steps.

@@ -73,8 +73,8 @@ void DirectSegment::post_shards() {
 }
 
 // The results go straight into the caller's result planes: the owner decides its chunk there, each
-// plane of a chunk travels as its own message (slot_base + 1 + p; R ≤ 2 for votes, ≤ planes_for(2N) for the
-// mean: within the segment's 2N slots for every N ≥ 2) and lands where it belongs, so no chunk-major copy is
+// plane of a chunk travels as its own message (slot_base + 1 + p, R ≤ planes_for(2N): within
+// sign_slots_per_segment(N)) and lands where it belongs, so no chunk-major copy is
 // scattered into planes afterwards (4 MiB of copying per call at 2^24 elements and N = 4). Trits are
 // one message per chunk, decoded into the planes.
 void DirectSegment::vote_and_post_results() {
