@@ -125,9 +125,10 @@ void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uin
 // out = pos - neg + offset, as pos + ~neg + 1 + offset modulo 2^out_planes (two's complement, with
 // neg zero-extended). The true value lies in [0, 2 * offset], which out_planes holds, so the
 // wrap-around is exact. Two carry chains run side by side: c1 for pos + ~neg + 1, c2 for + offset.
+// Output plane p at out + p * out_stride.
 template <class V>
 void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, uint64_t offset,
-                           uint64_t* out, int out_planes) {
+                           uint64_t* out, int out_planes, size_t out_stride) {
   for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c1 = ~B{};
@@ -139,7 +140,7 @@ void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes,
       B diff, sum;
       full_add(a, b, c1, diff, c1);
       full_add(diff, splat_bit<B>(p < 64 && ((offset >> p) & 1u)), c2, sum, c2);
-      store_block(out + p * nwords + w, sum);
+      store_block(out + p * out_stride + w, sum);
     }
   });
 }

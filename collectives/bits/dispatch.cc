@@ -133,12 +133,15 @@ void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uin
 }
 
 void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, int64_t offset,
-                           uint64_t* out, int out_planes) {
+                           uint64_t* out, int out_planes, size_t out_stride) {
   check_planes(planes, "counter_signed_offset");
   check_planes(out_planes, "counter_signed_offset");
   if (offset < 0 || out_planes < planes_for(2 * offset))
     throw std::invalid_argument("counter_signed_offset: offset negative or out_planes too narrow");
-  active().counter_signed_offset(pos, neg, planes, nwords, static_cast<uint64_t>(offset), out, out_planes);
+  if (out_stride == 0) out_stride = nwords;
+  if (out_stride < nwords) throw std::invalid_argument("counter_signed_offset: out_stride below nwords");
+  active().counter_signed_offset(pos, neg, planes, nwords, static_cast<uint64_t>(offset), out, out_planes,
+                                 out_stride);
 }
 
 void vote_from_count(const uint64_t* count, int planes, size_t nwords, int64_t nvotes, uint64_t* pos,

@@ -90,7 +90,7 @@ struct KernelTable {
   void (*count_planes)(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
                        int counter_planes);
   void (*counter_signed_offset)(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords,
-                                uint64_t offset, uint64_t* out, int out_planes);
+                                uint64_t offset, uint64_t* out, int out_planes, size_t out_stride);
   void (*vote_from_count)(const uint64_t* count, int planes, size_t nwords, uint64_t half, bool even,
                           uint64_t* pos, uint64_t* tie);
   void (*vote_from_counts)(const uint64_t* pos_count, const uint64_t* neg_count, int planes, size_t nwords,

@@ -49,9 +49,10 @@ void counter_add(uint64_t* acc, int acc_planes, const uint64_t* other, int other
 void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uint64_t* counter,
                   int counter_planes);
 // out = pos - neg + offset for ternary counts (pos, neg <= offset), as an unsigned counter of
-// out_planes >= planes_for(2 * offset) planes. Used to send ternary mean results.
+// out_planes >= planes_for(2 * offset) planes. Used to send ternary mean results. Output plane p at
+// out + p * out_stride (0: nwords, the planes back to back); out_stride >= nwords otherwise.
 void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords,
-                           int64_t offset, uint64_t* out, int out_planes);
+                           int64_t offset, uint64_t* out, int out_planes, size_t out_stride = 0);
 
 // ---- Thresholds ------------------------------------------------------------------------------
 // Binary votes: count holds the number of +1 votes among nvotes. s = 2*count - nvotes;

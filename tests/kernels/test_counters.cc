@@ -117,6 +117,19 @@ TEST_P(CounterTest, SignedOffset) {
       auto out = dirty_words(out_planes * words_for(n));
       counter_signed_offset(p.data(), m.data(), planes, words_for(n), nranks, out.data(), out_planes);
       ASSERT_EQ(decode_counter(out.data(), out_planes, n), expected) << "nranks=" << nranks << " n=" << n;
+      // Planes `stride` words apart (the result planes of a whole segment): the same words in place,
+      // and the words between the planes untouched.
+      const size_t W = words_for(n), stride = W + 3;
+      const auto before = dirty_words(out_planes * stride);
+      auto strided = before;
+      counter_signed_offset(p.data(), m.data(), planes, W, nranks, strided.data(), out_planes, stride);
+      for (int q = 0; q < out_planes; ++q) {
+        for (size_t w = 0; w < stride; ++w) {
+          const uint64_t want = w < W ? out[size_t(q) * W + w] : before[size_t(q) * stride + w];
+          ASSERT_EQ(strided[size_t(q) * stride + w], want) << "nranks=" << nranks << " n=" << n << " plane " << q
+                                                           << " word " << w << " of stride " << stride;
+        }
+      }
     }
   }
 }
@@ -127,6 +140,7 @@ TEST_P(CounterTest, RejectsBadShapes) {
   EXPECT_THROW(counter_add_plane(a, 0, 1, b), std::invalid_argument);
   const uint64_t* planes[3] = {a, a, a};
   EXPECT_THROW(count_planes(planes, 3, 1, b, 1), std::invalid_argument);  // 3 needs 2 planes
+  EXPECT_THROW(counter_signed_offset(a, b, 1, 2, 1, a, 2, 1), std::invalid_argument);  // stride below nwords
 }
 
 PRIDE_INSTANTIATE_ISA_TESTS(CounterTest);

@@ -292,8 +292,16 @@ TEST(CudaCounters, ThresholdsAndSignedOffsetMatchTheCpu) {
     std::vector<uint64_t> out(size_t(out_planes) * W);
     counter_signed_offset(pc.data(), nc.data(), planes, W, nvotes, out.data(), out_planes);
     DeviceBuffer dout(nullptr, out.size() * 8);
-    finish(cuda::counter_signed_offset(dpc.words(), dnc.words(), planes, W, nvotes, dout.words(), out_planes, nullptr));
+    finish(cuda::counter_signed_offset(dpc.words(), dnc.words(), planes, W, nvotes, dout.words(), out_planes, 0, nullptr));
     EXPECT_EQ(dout.read<uint64_t>(out.size()), out) << "counter_signed_offset N=" << nvotes;
+    // Planes a stride apart, the words between them untouched: as the CPU kernel writes them.
+    const size_t stride = W + 5;
+    std::vector<uint64_t> strided(size_t(out_planes) * stride, 0xA5A5A5A5A5A5A5A5ull);
+    DeviceBuffer dstrided(strided);
+    counter_signed_offset(pc.data(), nc.data(), planes, W, nvotes, strided.data(), out_planes, stride);
+    finish(cuda::counter_signed_offset(dpc.words(), dnc.words(), planes, W, nvotes, dstrided.words(), out_planes,
+                                       stride, nullptr));
+    EXPECT_EQ(dstrided.read<uint64_t>(strided.size()), strided) << "counter_signed_offset strided N=" << nvotes;
   }
 }
 

@@ -97,7 +97,7 @@ __global__ void vote_from_counts_kernel(const uint64_t* pos_count, const uint64_
 
 // out = pos + ~neg + 1 + offset modulo 2^out_planes (counters_impl.h explains why that is exact).
 __global__ void signed_offset_kernel(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords,
-                                     uint64_t offset, uint64_t* out, int out_planes) {
+                                     uint64_t offset, uint64_t* out, int out_planes, size_t out_stride) {
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t w = size_t{blockIdx.x} * blockDim.x + threadIdx.x; w < nwords; w += stride) {
     uint64_t c1 = ~uint64_t{0}, c2 = 0;
@@ -108,7 +108,7 @@ __global__ void signed_offset_kernel(const uint64_t* pos, const uint64_t* neg, i
       c1 = (a & b) | (u & c1);
       const uint64_t k = (p < 64 && ((offset >> p) & 1u)) ? ~uint64_t{0} : 0;
       const uint64_t v = diff ^ k;
-      out[size_t(p) * nwords + w] = v ^ c2;
+      out[size_t(p) * out_stride + w] = v ^ c2;
       c2 = (diff & k) | (v & c2);
     }
   }
@@ -157,13 +157,15 @@ cudaError_t vote_from_counts(const uint64_t* pos_count, const uint64_t* neg_coun
 }
 
 cudaError_t counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, int64_t offset,
-                                  uint64_t* out, int out_planes, cudaStream_t stream) {
-  if (!planes_ok(planes) || !planes_ok(out_planes) || offset < 0 || out_planes < planes_needed(2 * offset)) {
+                                  uint64_t* out, int out_planes, size_t out_stride, cudaStream_t stream) {
+  if (out_stride == 0) out_stride = nwords;
+  if (!planes_ok(planes) || !planes_ok(out_planes) || offset < 0 || out_planes < planes_needed(2 * offset) ||
+      out_stride < nwords) {
     return cudaErrorInvalidValue;
   }
   if (nwords == 0) return cudaSuccess;
   signed_offset_kernel<<<grid_for(nwords), kThreads, 0, stream>>>(pos, neg, planes, nwords, uint64_t(offset), out,
-                                                                   out_planes);
+                                                                   out_planes, out_stride);
   return cudaGetLastError();
 }
 

@@ -36,8 +36,9 @@ cudaError_t vote_from_count(const uint64_t* count, int planes, size_t nwords, in
                             uint64_t* tie, cudaStream_t stream);
 cudaError_t vote_from_counts(const uint64_t* pos_count, const uint64_t* neg_count, int planes, size_t nwords,
                              uint64_t* pos, uint64_t* tie, cudaStream_t stream);
+// Output plane p at out + p * out_stride (0: nwords), as bits::counter_signed_offset.
 cudaError_t counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, int64_t offset,
-                                  uint64_t* out, int out_planes, cudaStream_t stream);
+                                  uint64_t* out, int out_planes, size_t out_stride, cudaStream_t stream);
 
 // ---- Unpack --------------------------------------------------------------------------------------
 // y[j] = +1 where pos, else 0 where tie (tie may be null), else -1. float32/bf16/fp16/int8 output.

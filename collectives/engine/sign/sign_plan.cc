@@ -49,15 +49,7 @@ void SignPlan::finalize(const uint64_t* counts, int planes, size_t nwords, uint6
     }
     return;
   }
-  if (result_stride == nwords) {
-    bits::counter_signed_offset(pos, neg, planes, nwords, nranks, result, result_planes);
-    return;
-  }
-  std::vector<uint64_t> tmp(size_t(result_planes) * nwords);
-  bits::counter_signed_offset(pos, neg, planes, nwords, nranks, tmp.data(), result_planes);
-  for (int p = 0; p < result_planes; ++p) {
-    std::memcpy(result + size_t(p) * result_stride, tmp.data() + size_t(p) * nwords, nwords * 8);
-  }
+  bits::counter_signed_offset(pos, neg, planes, nwords, nranks, result, result_planes, result_stride);
 }
 
 }  // namespace pride
