@@ -95,31 +95,28 @@ void DirectSegment::vote_and_post_results() {
   }
   ops_.settle();  // my result chunk is decided (and encoded): it may go on the wire
   const MemoryType memory = ops_.memory();
-  const uint32_t slot = seg_.slot_base + 1;
+  // Owner j's result chunk on the wire: its trits as one message, or each of its R planes as one,
+  // from and into their place in the result planes.
+  auto for_each_message = [&](int j, auto&& post) {
+    const Range ch = chunk(W, n, j);
+    const uint32_t slot = seg_.slot_base + 1;
+    if (trits_ != nullptr) {
+      post(slot, trits_ + direct_trit_offset(W, n, j), bits::trits::bytes_for_words(ch.size));
+      return;
+    }
+    for (int p = 0; p < R; ++p) post(slot + uint32_t(p), seg_.result + size_t(p) * stride + ch.begin, ch.size * 8);
+  };
   for (int d = 1; d < n; ++d) {
     const int from = (r - d + n) % n;
-    const Range ch = chunk(W, n, from);
-    if (trits_ != nullptr) {
-      requests_.push_back(c_.recv(from, slot, trits_ + direct_trit_offset(W, n, from),
-                                  bits::trits::bytes_for_words(ch.size), memory));
-      continue;
-    }
-    for (int p = 0; p < R; ++p) {
-      requests_.push_back(
-          c_.recv(from, slot + uint32_t(p), seg_.result + size_t(p) * stride + ch.begin, ch.size * 8, memory));
-    }
+    for_each_message(from, [&](uint32_t slot, void* buf, size_t bytes) {
+      requests_.push_back(c_.recv(from, slot, buf, bytes, memory));
+    });
   }
   for (int d = 1; d < n; ++d) {
     const int to = (r + d) % n;
-    if (trits_ != nullptr) {
-      requests_.push_back(c_.send(to, slot, trits_ + direct_trit_offset(W, n, r),
-                                  bits::trits::bytes_for_words(mine.size), memory));
-      continue;
-    }
-    for (int p = 0; p < R; ++p) {
-      requests_.push_back(
-          c_.send(to, slot + uint32_t(p), seg_.result + size_t(p) * stride + mine.begin, mine.size * 8, memory));
-    }
+    for_each_message(r, [&](uint32_t slot, void* buf, size_t bytes) {
+      requests_.push_back(c_.send(to, slot, buf, bytes, memory));
+    });
   }
 }
 
