@@ -12,8 +12,12 @@ namespace pride::bits::cuda::device {
 
 // float32 → dtype on the device by the hardware's conversion (cvt.rn): the value element_traits.h's
 // integer code gives for every float that is not NaN, as both are IEEE round-to-nearest-even with
-// overflow to infinity and subnormal results; a NaN becomes the CPU's canonical NaN (0x7FC0 for bf16,
-// sign | 0x7E00 for fp16) where the hardware would give 0x7FFF. The integer code is what bounded the
+// overflow to infinity and subnormal results; a NaN becomes a quiet NaN of its sign (0x7FC0 for bf16,
+// as the CPU writes it; sign | 0x7E00 for fp16) where the hardware would give 0x7FFF. What reaches
+// narrow() from the Lion and apply kernels is the GPU's arithmetic, whose NaN is always positive, so
+// their fp16 NaN is 0x7E00 (kernel tests check it); the CPU's x86 arithmetic can make a negative NaN
+// (inf − inf gives 0xFFC00000), whose fp16 is 0xFE00. NaN bits are therefore not part of the CPU/GPU
+// bit-exactness (the kernel tests compare NaN as NaN); every other value is. The integer code is what bounded the
 // 16-bit Lion kernels: some sixty integer operations an element, and Hopper issues 32-bit integer
 // operations at half its float rate (bf16 lion_vote ran at 0.43 of a copy on an H200), while each
 // conversion here is one instruction.
