@@ -168,7 +168,9 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()
                                                                                                   : nullptr};
   const size_t elem = bits::dtype_size(step.dtype);
-  if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));  // the last step is done with the pinned buffers
+  // The last step is done with the pinned buffers (and its copies back to the GPU, which nothing else
+  // waits for): this must stay before ensure_words below, which may free and replace them.
+  if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
 
   // Layout: every tensor starts on a word of the flat index space; buckets are word-aligned ranges.
   std::vector<size_t> starts;
