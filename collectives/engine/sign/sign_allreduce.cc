@@ -245,6 +245,7 @@ struct SignCall {
   SignPlan plan;
   SignAlgorithm algorithm = SignAlgorithm::kAuto;
   size_t segment_words = 1;
+  NodeGroups nodes;         // the node map, built for hier only (the other algorithms do not need it)
   bool hier_rails = false;  // hier over nodes of equal size: the rails, pipelined (else the leader scheme)
   Fingerprint fingerprint;
 };
@@ -263,9 +264,10 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
   // A segment never exceeds the tensor: sizes beyond it mean the same call, and the fingerprint's
   // segment field then stays below kFingerprintTritResults' bit for any tensor under 2^43 elements.
-  // The node map only for hier: the other algorithms do not need it built on every call.
-  call.hier_rails = call.algorithm == SignAlgorithm::kHier &&
-                    uniform_nodes(NodeGroups::make(comm.node_of_rank(), comm.rank()));
+  if (call.algorithm == SignAlgorithm::kHier) {
+    call.nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
+    call.hier_rails = uniform_nodes(call.nodes);
+  }
   call.segment_words = std::clamp<size_t>(sign_segment_bytes(call.algorithm, comm.num_nodes(), call.hier_rails,
                                                              options.segment_bytes) / 8,
                                           1, std::max<size_t>(1, bits::words_for(numel)));
@@ -319,8 +321,7 @@ SignResult run_sign_allreduce(Communicator& comm, const uint64_t* votes, size_t 
   if (result.algorithm == SignAlgorithm::kDirect && segs.size() > 1) {
     run_direct_pipelined(c, *ops, result, votes, segs, hooks, comm.kernel_threads());
   } else if (call.hier_rails && segs.size() > 1) {
-    const NodeGroups nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
-    run_hier_pipelined(c, result, votes, segs, hooks, nodes, comm.kernel_threads());
+    run_hier_pipelined(c, result, votes, segs, hooks, call.nodes, comm.kernel_threads());
   } else if (segs.size() > 1 && (hooks.pack || hooks.unpack)) {
     run_overlapped(c, result, votes, segs, hooks);
   } else {

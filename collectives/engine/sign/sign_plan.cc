@@ -1,7 +1,6 @@
 #include "collectives/engine/sign/sign_plan.h"
 
 #include <cstring>
-#include <vector>
 
 #include "collectives/bits/kernels.h"
 
