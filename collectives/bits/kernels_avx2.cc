@@ -34,7 +34,7 @@ const KernelTable& avx2_table() {
       {unpack_mean<Avx2F32>, unpack_mean<Avx2BF16>, unpack_mean<Avx2F16>, nullptr},
       {apply_vote<Avx2F32>, apply_vote<Avx2BF16>, apply_vote<Avx2F16>, nullptr},
       {apply_mean<Avx2F32>, apply_mean<Avx2BF16>, apply_mean<Avx2F16>, nullptr},
-      {lion_vote<F32>, lion_vote_bf16_avx2, lion_vote<F16>, nullptr},
+      {lion_vote_avx2<Avx2F32>, lion_vote_avx2<Avx2BF16>, lion_vote_avx2<Avx2F16>, nullptr},
       counter_add_plane<Block>,
       counter_add<Block>,
       count_planes<Block>,

@@ -133,6 +133,14 @@ std::vector<Kernel> kernels(Buffers& b) {
        [&b, n] { apply_vote(b.f32.data(), DType::kFloat32, n, b.vote(0), nullptr, 1e-4, 0.1); }},
       {"apply_vote bf16", 2 * n, Target::kBandwidth,
        [&b, n] { apply_vote(b.bf16.data(), DType::kBFloat16, n, b.vote(0), nullptr, 1e-4, 0.1); }},
+      // Distributed Lion's fused local step (lion_impl.h): reads g and m, writes m and both vote planes
+      // (the default exact votes pack ternary). Three float streams.
+      {"lion_vote fp32 ternary", 4 * n, Target::kNone, [&b, n] {
+         lion_vote(b.out_f32.data(), b.momentum.data(), DType::kFloat32, n, 0.9, 0.99, b.pos.data(), b.neg.data());
+       }, 3},
+      {"lion_vote bf16 ternary", 2 * n, Target::kNone, [&b, n] {
+         lion_vote(b.out_16.data(), b.bf16.data(), DType::kBFloat16, n, 0.9, 0.99, b.pos.data(), b.neg.data());
+       }, 3},
       {"counter_add_plane P=4", 0, Target::kRate, [&b, nw] { counter_add_plane(b.counter.data(), 4, nw, b.vote(0)); }},
       {"counter_add P=4+4", 0, Target::kRate, [&b, nw] { counter_add(b.counter.data(), 4, b.counter2.data(), 4, nw); }},
       {"count_planes N=4", 0, Target::kRate, [&b, nw, planes] { count_planes(planes.data(), 4, nw, b.counter.data(), 3); }},
