@@ -93,21 +93,25 @@ def worker(rank, args, store_path, out_path):
 
     grads = [torch.randn(s, generator=noise) for s in sizes]
     cases = {}
-    p_mavo = make_params()
-    mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
-                           bucket_mb=args.bucket_mb)
-    cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
-    # The same optimizer over a group of this rank alone: its local work (update, pack, apply) with
-    # no wire, run by all ranks at once as in the real step. The step's floor on this machine.
-    alone = [dist.new_group([r]) for r in range(args.ranks)][rank]
-    p_alone = make_params()
-    local = DistributedLion(p_alone, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
-                            bucket_mb=args.bucket_mb, group=alone)
-    cases["D-Lion local work only"] = (p_alone, local.step)
-    p_glion = make_params()
-    cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, lion(1e-4, (0.9, 0.99), 0.1)).step)
-    p_adamw = make_params()
-    cases["G-AdamW (gloo fp32)"] = (p_adamw, Fp32AllreduceStep(p_adamw, gloo, adamw(p_adamw, 1e-3, 0.01)).step)
+    if "mavo" in args.cases:
+        p_mavo = make_params()
+        mavo = DistributedLion(p_mavo, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
+                               bucket_mb=args.bucket_mb)
+        cases["D-Lion MaVo (pride)"] = (p_mavo, mavo.step)
+    if "local" in args.cases:
+        # The same optimizer over a group of this rank alone: its local work (update, pack, apply) with
+        # no wire, run by all ranks at once as in the real step. The step's floor on this machine.
+        alone = [dist.new_group([r]) for r in range(args.ranks)][rank]
+        p_alone = make_params()
+        local = DistributedLion(p_alone, lr=1e-4, weight_decay=0.1, mode="vote", votes=args.votes,
+                                bucket_mb=args.bucket_mb, group=alone)
+        cases["D-Lion local work only"] = (p_alone, local.step)
+    if "glion" in args.cases:
+        p_glion = make_params()
+        cases["G-Lion (gloo fp32)"] = (p_glion, Fp32AllreduceStep(p_glion, gloo, lion(1e-4, (0.9, 0.99), 0.1)).step)
+    if "adamw" in args.cases:
+        p_adamw = make_params()
+        cases["G-AdamW (gloo fp32)"] = (p_adamw, Fp32AllreduceStep(p_adamw, gloo, adamw(p_adamw, 1e-3, 0.01)).step)
 
     times = {name: [] for name in cases}
     own = {name: [] for name in cases}  # each rank's own step, without the trailing barrier
@@ -124,10 +128,11 @@ def worker(rank, args, store_path, out_path):
             if it >= args.warmup:
                 times[name].append(time.perf_counter() - start)
     # D-Lion keeps replicas identical: every rank applies the same vote.
-    digest = torch.stack([p.detach().double().sum() for p in p_mavo]).sum().reshape(1)
-    digests = [torch.zeros(1, dtype=torch.float64) for _ in range(args.ranks)]
-    dist.all_gather(digests, digest, group=gloo)
-    assert all(torch.equal(d, digests[0]) for d in digests), "D-Lion replicas diverged"
+    if "mavo" in args.cases:
+        digest = torch.stack([p.detach().double().sum() for p in p_mavo]).sum().reshape(1)
+        digests = [torch.zeros(1, dtype=torch.float64) for _ in range(args.ranks)]
+        dist.all_gather(digests, digest, group=gloo)
+        assert all(torch.equal(d, digests[0]) for d in digests), "D-Lion replicas diverged"
     slowest_own = slowest_own_medians(own, args.warmup, gloo)
     steps = args.warmup + args.iters
     if rank == 0:
@@ -140,20 +145,35 @@ def worker(rank, args, store_path, out_path):
     dist.destroy_process_group()
 
 
+CASES = ("mavo", "local", "glion", "adamw")
+
+
+def parse_cases(text):
+    cases = tuple(c.strip() for c in text.split(",") if c.strip())
+    unknown = [c for c in cases if c not in CASES]
+    if not cases or unknown:
+        raise argparse.ArgumentTypeError(f"--cases takes some of {','.join(CASES)}, not {text!r}")
+    return cases
+
+
 def report(args, result):
     med = result["median_s"]
     where = "one rank per launcher-made host" if args.env else "on one host"
     print(f"# {result['ranks']} ranks ({where}), {result['numel']} fp32 parameters in {result['tensors']} "
           f"tensors, D-Lion votes={args.votes}, median of {args.iters} steps (min in brackets)")
-    mavo = med["D-Lion MaVo (pride)"]
-    print(f"{'step':<24} {'time (ms)':>18} {'D-Lion faster by':>17}")
+    # Ratios against the D-Lion step when it ran, else against the first case.
+    base_name = "D-Lion MaVo (pride)" if "D-Lion MaVo (pride)" in med else next(iter(med))
+    mavo = med[base_name]
+    print(f"{'step':<24} {'time (ms)':>18} {'D-Lion faster by' if base_name.startswith('D-Lion MaVo') else 'ratio':>17}")
     for name, t in med.items():
         print(f"{name:<24} {t * 1e3:>9.1f} [{result['min_s'][name] * 1e3:>6.1f}] {t / mavo:>16.2f}x")
-    print(f"# D-Lion sent {result['dlion_bytes_per_step'] * 8 / result['numel']:.3f} bits per parameter per step "
-          f"(rank 0); an fp32 ring all-reduce sends {64 * (result['ranks'] - 1) / result['ranks']:.1f}")
-    print(f"# the D-Lion step takes {mavo / med['D-Lion local work only']:.2f}x its ranks' local work alone")
+    if "D-Lion MaVo (pride)" in med:
+        print(f"# D-Lion sent {result['dlion_bytes_per_step'] * 8 / result['numel']:.3f} bits per parameter per "
+              f"step (rank 0); an fp32 ring all-reduce sends {64 * (result['ranks'] - 1) / result['ranks']:.1f}")
+        if "D-Lion local work only" in med:
+            print(f"# the D-Lion step takes {mavo / med['D-Lion local work only']:.2f}x its ranks' local work alone")
     own = result["median_slowest_own_s"]
-    base = own["D-Lion MaVo (pride)"]
+    base = own[base_name]
     print("# the slowest rank's own step, no trailing barrier (median): " +
           ", ".join(f"{name} {t * 1e3:.1f} ms ({t / base:.2f}x)" for name, t in own.items()))
     if args.json:
@@ -172,6 +192,9 @@ def main():
                         help="DistributedLion's votes (default exact, the optimizer's default)")
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="DistributedLion's bucket_mb (default: its own, 16 MiB on CPU)")
+    parser.add_argument("--cases", type=parse_cases, default=CASES,
+                        help=f"which steps to time, comma-separated (default all: {','.join(CASES)}); "
+                             "mavo alone is the step in a loop with nothing between its iterations, for profiling")
     parser.add_argument("--json", help="also write the result here")
     parser.add_argument("--env", action="store_true", help=ENV_HELP)
     return launch(worker, parser.parse_args(), report)

@@ -48,6 +48,17 @@ def test_bench_dlion_step_keeps_replicas_identical(tmp_path):
     assert all(0 < result["median_slowest_own_s"][k] <= result["median_s"][k] * 4 for k in result["median_s"])
 
 
+def test_bench_dlion_step_times_only_the_cases_asked_for(tmp_path):
+    out = run("bench_dlion_step.py", "--ranks", "2", "--log2-numel", "12", "--iters", "2", "--cases", "mavo",
+              "--json", str(tmp_path / "r.json"))
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert set(result["median_s"]) == {"D-Lion MaVo (pride)"}, out
+    assert result["dlion_bytes_per_step"] > 0
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_dlion_step.py"), "--cases", "mavo,sgd"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--cases takes some of" in proc.stderr
+
+
 def test_bench_startup_runs_its_jobs():
     # 3 ranks: a group size with a fold in the fingerprint check; the worker itself checks that the
     # first all_reduce summed every rank.
