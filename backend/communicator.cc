@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -389,9 +390,19 @@ void Communicator::learn_hosts(const std::string& hostname) {
   for (const auto& [node, rc] : ranks_and_cores) {
     ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
   }
-  cores_shared_ = ranks_per_core_ > 1.0 || std::max(ranks_on_machine, local_size_) > host_topology().cores;
-  kernel_threads_ = choose_kernel_threads(Settings::get().threads, host_topology().cores,
-                                          std::max({1, ranks_on_machine, local_size_}));
+  // A subgroup (say, of this rank alone) sees only its own members on the machine, but the job's other
+  // ranks still use its cores: count the most that any of this process's groups has found.
+  const int on_machine = most_ranks_on_this_machine(std::max({1, ranks_on_machine, local_size_}));
+  cores_shared_ = ranks_per_core_ > 1.0 || on_machine > host_topology().cores;
+  kernel_threads_ = choose_kernel_threads(Settings::get().threads, host_topology().cores, on_machine);
+}
+
+int most_ranks_on_this_machine(int found) {
+  static std::atomic<int> most{1};
+  int seen = most.load();
+  while (seen < found && !most.compare_exchange_weak(seen, found)) {
+  }
+  return std::max(seen, found);
 }
 
 int choose_kernel_threads(int setting, int cores, int ranks_on_machine) {

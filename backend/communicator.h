@@ -52,6 +52,9 @@ class Communicator;
 // divided among the ranks of the group on this machine, at least 1: a rank whose host is
 // oversubscribed runs its kernels on its own thread.
 int choose_kernel_threads(int setting, int cores, int ranks_on_machine);
+// The most ranks on this machine that any group of this process has counted, `found` included (a
+// process-wide running maximum): what a group's kernel threads and waits assume shares the cores.
+int most_ranks_on_this_machine(int found);
 
 // Data that travels inside the fingerprint check's messages and is reduced along with it (see
 // Communicator::begin): a small allreduce, or a barrier (no bytes), then needs no rounds of its own.

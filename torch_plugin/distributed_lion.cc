@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/common/settings.h"
+#include "collectives/bits/parallel_words.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/sign/sparse_abstentions.h"
 #include "torch_plugin/pride_backend.h"
@@ -47,6 +49,17 @@ std::vector<Piece> pieces_in(const std::vector<size_t>& starts, const std::vecto
     if (lo < hi) out.push_back({i, lo - starts[i], hi - lo, lo});
   }
   return out;
+}
+
+// Runs fn(first_element, elements, first_word) over word ranges of a piece of n elements that starts
+// on a word, on up to `threads` threads: the kernels are element-wise and write whole words, so the
+// parts are independent and the result is the same bits as one call.
+template <class Fn>
+void over_piece(size_t n, int threads, const Fn& fn) {
+  bits::parallel_words(bits::words_for(n), threads, [&](size_t word, size_t words) {
+    const size_t first = word * kWord;
+    fn(first, std::min(n - first, words * kWord), word);
+  });
 }
 
 // What a world of one computes: the result planes of one rank's own votes.
@@ -93,6 +106,11 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
   // Ternary packing (both planes, c == 0 abstains) for exact and ternary votes; binary votes pack the
   // +1 plane and become ternary planes only if a missing gradient somewhere calls for it.
   const bool pack_ternary = votes != LionVotes::kBinary;
+  // The local work (update and pack, apply) uses the cores this rank may have to itself, as the
+  // sign-allreduce's kernels do (Communicator::kernel_threads; PRIDE_THREADS overrides; 1 where ranks
+  // outnumber cores). A world of one takes PRIDE_THREADS or one thread.
+  const int threads = backend != nullptr ? backend->communicator().kernel_threads()
+                                         : std::max(1, Settings::get().threads);
 
   std::vector<size_t> starts;
   std::vector<int64_t> sizes;
@@ -125,8 +143,10 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       const size_t word = (pc.flat - b->begin) / kWord;
       const auto* g = static_cast<const char*>(grads[pc.tensor].data_ptr()) + pc.offset * elem;
       auto* m = static_cast<char*>(momenta[pc.tensor].data_ptr()) + pc.offset * elem;
-      bits::lion_vote(g, m, dtype, pc.size, hyper.beta1, hyper.beta2, b->votes.data() + word,
-                      pack_ternary ? b->votes.data() + nwords + word : nullptr);
+      over_piece(pc.size, threads, [&](size_t first, size_t count, size_t w) {
+        bits::lion_vote(g + first * elem, m + first * elem, dtype, count, hyper.beta1, hyper.beta2,
+                        b->votes.data() + word + w, pack_ternary ? b->votes.data() + nwords + word + w : nullptr);
+      });
       voting.emplace_back(word, pc.size);
     }
     // Exact votes: a few abstaining elements are listed and re-voted (sparse_abstentions.h), many make
@@ -195,17 +215,21 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       auto* x = static_cast<char*>(params[pc.tensor].data_ptr()) + pc.offset * elem;
       if (r.plan.mode == SignMode::kVote) {
         const uint64_t* tie = r.tie_plane();
-        bits::apply_vote(x, dtype, pc.size, r.plane(0) + word, tie ? tie + word : nullptr, hyper.lr,
-                         hyper.weight_decay);
+        over_piece(pc.size, threads, [&](size_t first, size_t count, size_t w) {
+          bits::apply_vote(x + first * elem, dtype, count, r.plane(0) + word + w, tie ? tie + word + w : nullptr,
+                           hyper.lr, hyper.weight_decay);
+        });
       } else {
-        // apply_mean reads planes packed for exactly this piece: gather its words from each plane.
-        const size_t piece_words = bits::words_for(pc.size);
-        std::vector<uint64_t> count(size_t(r.plan.result_planes) * piece_words);
-        for (int p = 0; p < r.plan.result_planes; ++p) {
-          std::memcpy(count.data() + size_t(p) * piece_words, r.plane(p) + word, piece_words * 8);
-        }
-        bits::apply_mean(x, dtype, pc.size, count.data(), r.plan.result_planes, r.plan.mean_scale,
-                         r.plan.mean_offset, r.plan.nranks, hyper.lr, hyper.weight_decay);
+        over_piece(pc.size, threads, [&](size_t first, size_t count, size_t w) {
+          // apply_mean reads planes packed for exactly its elements: gather their words from each plane.
+          const size_t part_words = bits::words_for(count);
+          std::vector<uint64_t> counts(size_t(r.plan.result_planes) * part_words);
+          for (int p = 0; p < r.plan.result_planes; ++p) {
+            std::memcpy(counts.data() + size_t(p) * part_words, r.plane(p) + word + w, part_words * 8);
+          }
+          bits::apply_mean(x + first * elem, dtype, count, counts.data(), r.plan.result_planes, r.plan.mean_scale,
+                           r.plan.mean_offset, r.plan.nranks, hyper.lr, hyper.weight_decay);
+        });
       }
     }
   }

@@ -271,6 +271,38 @@ def oracle_steps(dtype, world, steps, lr, betas, wd, mode, votes="binary", missi
     return params
 
 
+def _big_model(dtype, seed=0):
+    """One weight of 1031 x 1021 elements: enough words that the local work splits across threads
+    (bits::kMinWordsPerThread = 4096 words a thread), and a tail that ends mid-word."""
+    torch.manual_seed(seed)
+    return torch.nn.Linear(1031, 1021).to(dtype)
+
+
+def _threaded_local_work(rank, world, store_path, mode, dtype):
+    from pride.optim import DistributedLion
+
+    if world > 1:
+        init_group(rank, world, store_path)
+    model = _big_model(dtype)
+    opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode)
+    for step in range(2):
+        for p, g in zip(model.parameters(), grads_for(model, rank, step)):
+            p.grad = g
+        opt.step()
+    want = oracle_steps(dtype, world, 2, 0.01, (0.9, 0.99), 0.05, mode, votes="exact", model_fn=_big_model)
+    for i, (p, w) in enumerate(zip(model.parameters(), want)):
+        assert torch.equal(p.detach(), w), f"param {i} differs from the all-ranks oracle"
+    if world > 1:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world,mode,dtype", [(1, "vote", torch.float32), (2, "vote", torch.float32),
+                                              (2, "mean", torch.float32), (2, "vote", torch.bfloat16)])
+def test_local_work_on_several_threads_gives_the_oracles_bits(world, mode, dtype):
+    # PRIDE_THREADS=3 splits each tensor's update, pack and apply into word ranges on three threads.
+    run(_threaded_local_work, world, mode, dtype, env={"PRIDE_THREADS": "3"}, deadline_s=200)
+
+
 def _wide_model(dtype, seed=0):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).to(dtype)
