@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -26,7 +27,13 @@ void parallel_words(size_t nwords, int threads, const std::function<void(size_t 
   };
   std::vector<std::thread> helpers;
   helpers.reserve(parts - 1);
-  for (size_t k = 1; k < parts; ++k) helpers.emplace_back(run_part, k);
+  for (size_t k = 1; k < parts; ++k) {
+    try {
+      helpers.emplace_back(run_part, k);
+    } catch (const std::system_error&) {  // no thread to be had: this one does that part too
+      run_part(k);
+    }
+  }
   run_part(0);
   for (auto& t : helpers) t.join();
   for (auto& e : errors) {

@@ -498,9 +498,22 @@ TEST(SignAllreduce, KernelThreadsShareTheCoresOfTheMachine) {
   EXPECT_EQ(choose_kernel_threads(0, 2, 4), 1);   // oversubscribed: one thread each
   EXPECT_EQ(choose_kernel_threads(0, 2, 1), 2);
   EXPECT_EQ(choose_kernel_threads(6, 2, 4), 6);   // PRIDE_THREADS wins
-  // Ranks of one process share its machine: each gets its share of this process's cores.
-  testing::run_ranks(4, [](Communicator& comm) {
-    EXPECT_EQ(comm.kernel_threads(), std::max(1, host_topology().cores / 4)) << comm.rank();
+  // Ranks of one process share its machine: each gets its share of this process's cores (or less,
+  // where an earlier test of this process made a larger group: most_ranks_on_this_machine).
+  const int sharing = std::max(4, most_ranks_on_this_machine(1));
+  testing::run_ranks(4, [sharing](Communicator& comm) {
+    EXPECT_EQ(comm.kernel_threads(), std::max(1, host_topology().cores / sharing)) << comm.rank();
+  });
+}
+
+TEST(SignAllreduce, ASmallerGroupSharesTheCoresAsTheBusiestGroupOfItsProcess) {
+  // A subgroup sees only its own members on the machine; the job's other ranks still use the cores.
+  const int before = most_ranks_on_this_machine(1);
+  EXPECT_GE(before, 1);
+  EXPECT_EQ(most_ranks_on_this_machine(before + 3), before + 3);
+  EXPECT_EQ(most_ranks_on_this_machine(1), before + 3);  // a running maximum: it never goes back down
+  testing::run_ranks(2, [before](Communicator& comm) {
+    EXPECT_EQ(comm.kernel_threads(), std::max(1, host_topology().cores / (before + 3))) << comm.rank();
   });
 }
 
