@@ -1,6 +1,7 @@
 #include "collectives/engine/sign/sparse_abstentions.h"
 
 #include <cstring>
+#include <utility>
 
 #include "backend/common/error.h"
 #include "collectives/bits/kernels.h"
@@ -50,7 +51,7 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
   }
   SignOptions binary_options = options;
   binary_options.votes = VoteKind::kBinary;
-  const SignResult binary = sign_allreduce_planes(comm, pos, numel, binary_options, dtype_code);
+  SignResult binary = sign_allreduce_planes(comm, pos, numel, binary_options, dtype_code);
 
   // This rank's ternary votes at U, packed, and their exact count over all ranks. All-gather: U is small,
   // so one round of latency, not the direct algorithm's two.
@@ -72,8 +73,15 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
   out.algorithm = binary.algorithm;
   out.numel = numel;
   out.nwords = binary.nwords;
-  out.planes.resize(size_t(out.plan.result_planes) * out.nwords);
-  binary_as_ternary_result(binary, out);
+  if (out.plan.mode == SignMode::kVote && binary.borrowed_planes == nullptr) {
+    // The ternary vote's planes are the binary vote's (its sign, then its tie plane, zero where N is
+    // odd): taken over rather than copied.
+    out.planes = std::move(binary.planes);
+    out.planes.resize(size_t(out.plan.result_planes) * out.nwords, 0);
+  } else {
+    out.planes.resize(size_t(out.plan.result_planes) * out.nwords);
+    binary_as_ternary_result(binary, out);
+  }
   for (int p = 0; p < out.plan.result_planes && m > 0; ++p) {
     uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
     for (size_t k = 0; k < m; ++k) set_bit(plane, revote[k], bit(fix.plane(p), k));
