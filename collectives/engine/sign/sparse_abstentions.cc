@@ -17,20 +17,22 @@ void set_bit(uint64_t* plane, size_t i, bool value) {
 }
 
 // The binary result re-encoded as the ternary plan's result (see the header): exact wherever no rank
-// abstained.
-void binary_as_ternary_result(const SignResult& binary, SignResult& out) {
+// abstained. Fills out.planes, taking the binary call's planes over where they already are the vote's
+// (its sign, then its tie plane; the tie plane is zero where N is odd).
+void binary_as_ternary_result(SignResult&& binary, SignResult& out) {
   const size_t W = out.nwords;
-  uint64_t* dst = out.planes.data();
+  const size_t words = size_t(out.plan.result_planes) * W;
+  PRIDE_ENFORCE(binary.borrowed_planes == nullptr, "sign_allreduce_revoting: the binary call's planes are not its own");
   if (out.plan.mode == SignMode::kVote) {
-    std::memcpy(dst, binary.plane(0), W * 8);
-    const uint64_t* tie = binary.tie_plane();
-    if (tie != nullptr) std::memcpy(dst + W, tie, W * 8);
-    else std::memset(dst + W, 0, W * 8);
+    out.planes = std::move(binary.planes);
+    out.planes.resize(words, 0);
     return;
   }
   PRIDE_ENFORCE(out.plan.result_planes == binary.plan.result_planes + 1,
               "sign_allreduce_revoting: mean of {} ranks has {} binary and {} ternary planes", out.plan.nranks,
               binary.plan.result_planes, out.plan.result_planes);
+  out.planes.resize(words);
+  uint64_t* dst = out.planes.data();
   std::memset(dst, 0, W * 8);  // u = 2c
   for (int p = 0; p < binary.plan.result_planes; ++p) std::memcpy(dst + size_t(p + 1) * W, binary.plane(p), W * 8);
 }
@@ -73,15 +75,7 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
   out.algorithm = binary.algorithm;
   out.numel = numel;
   out.nwords = binary.nwords;
-  if (out.plan.mode == SignMode::kVote && binary.borrowed_planes == nullptr) {
-    // The ternary vote's planes are the binary vote's (its sign, then its tie plane, zero where N is
-    // odd): taken over rather than copied.
-    out.planes = std::move(binary.planes);
-    out.planes.resize(size_t(out.plan.result_planes) * out.nwords, 0);
-  } else {
-    out.planes.resize(size_t(out.plan.result_planes) * out.nwords);
-    binary_as_ternary_result(binary, out);
-  }
+  binary_as_ternary_result(std::move(binary), out);
   for (int p = 0; p < out.plan.result_planes && m > 0; ++p) {
     uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
     for (size_t k = 0; k < m; ++k) set_bit(plane, revote[k], bit(fix.plane(p), k));
