@@ -10,6 +10,7 @@ each exception cannot pass on any third-party backend.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,15 +80,27 @@ def stop_suite(run):
             pass
 
 
-def finish_suite(run, timeout=1200):
+def finish_suite(run, timeout=1200, partial=False):
+    """The run's results by test name, (status, message). Past `timeout` the run is interrupted: with
+    `partial`, the tests it finished are returned (pytest still writes its report on SIGINT) and the
+    caller learns of the cut through `finished`; otherwise the test fails."""
+    results, finished = _finish_suite(run, timeout, partial)
+    return (results, finished) if partial else results
+
+
+def _finish_suite(run, timeout, partial):
     name, xml, log, proc = run
+    finished = True
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         stop_suite(run)
-        pytest.fail(f"the {name} run took over {timeout} s:\n{log.read_text()[-3000:]}")
+        if not partial:
+            pytest.fail(f"the {name} run took over {timeout} s:\n{log.read_text()[-3000:]}")
+        finished = False
     if not xml.exists():
-        pytest.fail(f"the {name} run produced no report:\n{log.read_text()[-6000:]}")
+        pytest.fail(f"the {name} run produced no report{'' if finished else ' before it was cut'}:\n"
+                    f"{log.read_text()[-6000:]}")
     results = {}
     for case in ET.parse(xml).iter("testcase"):
         status, message = "passed", ""
@@ -95,7 +108,7 @@ def finish_suite(run, timeout=1200):
             if child.tag in ("skipped", "failure", "error"):
                 status, message = child.tag, (child.get("message") or "")[:300]
         results[case.get("name")] = (status, message)
-    return results
+    return results, finished
 
 
 def run_suite(tmp_path, name, backend, as_gloo=False):
@@ -157,13 +170,25 @@ def test_every_cuda_test_nccl_passes_passes_on_pride(tmp_path):
     runs = [start_suite(tmp_path, "nccl", "nccl", world_size=2, env_extra=env, select=select),
             start_suite(tmp_path, "pride-as-nccl", "pride", as_="nccl", world_size=2, env_extra=env, select=select)]
     try:
-        nccl, as_nccl = (finish_suite(run, timeout=max(1.0, deadline - time.monotonic())) for run in runs)
+        (nccl, nccl_done), (as_nccl, as_nccl_done) = (
+            finish_suite(run, timeout=max(1.0, deadline - time.monotonic()), partial=True) for run in runs)
     finally:
         for run in runs:
             stop_suite(run)
+            if os.environ.get("PRIDE_TORCH_SUITE_LOGS"):  # e.g. $OUT on the GPU machine: the runs' logs come back
+                os.makedirs(os.environ["PRIDE_TORCH_SUITE_LOGS"], exist_ok=True)
+                for path in run[1:3]:
+                    if path.exists():
+                        shutil.copy(path, os.environ["PRIDE_TORCH_SUITE_LOGS"])
     nccl_passes = sorted(t for t, (status, _) in nccl.items() if status == "passed")
     assert nccl_passes, f"NCCL passed none of the selection: the reference run is broken: {nccl}"
-    missing = {t: as_nccl.get(t, ("absent", "")) for t in nccl_passes if as_nccl.get(t, ("absent",))[0] != "passed"}
+    # A run cut by the deadline is judged on the tests both runs reached, then fails for the cut.
+    compared = nccl_passes if as_nccl_done else [t for t in nccl_passes if t in as_nccl]
+    missing = {t: as_nccl.get(t, ("absent", "")) for t in compared if as_nccl.get(t, ("absent",))[0] != "passed"}
     assert not missing, f"tests NCCL passes that pride does not: {missing}"
+    assert nccl_done and as_nccl_done, (
+        f"the deadline (PRIDE_TORCH_SUITE_SECONDS) cut the runs: NCCL reached {len(nccl)} tests "
+        f"({'all' if nccl_done else 'cut'}), pride as NCCL {len(as_nccl)} ({'all' if as_nccl_done else 'cut'}); "
+        f"pride passed all {len(compared)} that NCCL passed and it reached")
     print(f"NCCL passes {len(nccl_passes)} of {len(nccl)} selected; pride as NCCL passes all of them "
           f"({sum(s == 'passed' for s, _ in as_nccl.values())} in all)")
