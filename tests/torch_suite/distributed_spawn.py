@@ -92,6 +92,9 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
             # torch's gates want a GPU per rank (_run and skip_if_no_gpu compare device_count() with
             # WORLD_SIZE) and init_multigpu_helper divides the GPUs among the ranks (none each here):
             # every rank gets GPU 0 instead. c10d's own device choice reads the C++ count, untouched.
+            # CUDA's lazy init checks every device up to device_count(): it runs first, on the real count
+            # (torch.cuda.random imported device_count by name, so seeding keeps the real one too).
+            torch.cuda.init()
             ranks, real = int(os.environ["WORLD_SIZE"]), torch.cuda.device_count()
             torch.cuda.device_count = lambda: max(real, ranks)
             distributed_test.init_multigpu_helper = lambda world_size, backend: {r: [0] for r in range(world_size)}
