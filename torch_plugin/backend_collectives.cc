@@ -5,6 +5,7 @@
 // that delegate to another collective leave that to it.
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "torch_plugin/host_staging.h"
@@ -139,17 +140,44 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
   TORCH_CHECK_VALUE(outputs.size() == 1, "pride allgather: expected one output list, got ", outputs.size());
   TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(), "pride allgather: output list has ", outputs[0].size(),
                     " tensors, the group has ", getSize(), " ranks");
-  check_same_type_and_size(inputs[0], outputs[0], "allgather", "output");
+  const bool even = std::all_of(outputs[0].begin(), outputs[0].end(),
+                                [&](const at::Tensor& o) { return o.numel() == inputs[0].numel(); });
+  if (even) {
+    check_same_type_and_size(inputs[0], outputs[0], "allgather", "output");
+  } else {
+    // Outputs of different sizes (torch's all_gather takes them where ProcessGroupNCCL does): output r
+    // receives rank r's input, so this rank's input must fit its own slot. The engine's allgatherv
+    // checks that the ranks agree on the sizes (a digest in its call description).
+    for (const auto& o : outputs[0]) {
+      check_cpu_tensor(o, "allgather");
+      TORCH_CHECK_TYPE(o.scalar_type() == inputs[0].scalar_type(), "pride allgather: output tensors must have dtype ",
+                       inputs[0].scalar_type(), ", got ", o.scalar_type());
+    }
+    TORCH_CHECK_VALUE(outputs[0][getRank()].numel() == inputs[0].numel(), "pride allgather (rank ", getRank(),
+                      "): outputs of different sizes need this rank's input to have the size of output ", getRank(),
+                      ", ", outputs[0][getRank()].numel(), " elements; it has ", inputs[0].numel());
+  }
   to_scalar_type(inputs[0].scalar_type(), "allgather");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(c10d::OpType::ALLGATHER, "pride:allgather", outs, [in, outs](Communicator& comm, PrideWork&) mutable {
-    at::Tensor src = in.contiguous();
-    at::Tensor flat = at::empty({int64_t(outs.size()) * in.numel()}, in.options());
-    pride::allgather(comm, src.data_ptr(), nbytes(src), flat.data_ptr());
-    unflatten_into(flat, outs);
-    return true;
-  });
+  return enqueue(c10d::OpType::ALLGATHER, "pride:allgather", outs,
+                 [in, outs, even](Communicator& comm, PrideWork&) mutable {
+                   at::Tensor src = in.contiguous();
+                   int64_t total = 0;
+                   std::vector<size_t> bytes;
+                   for (const auto& o : outs) {
+                     total += o.numel();
+                     bytes.push_back(nbytes(o));
+                   }
+                   at::Tensor flat = at::empty({total}, in.options());
+                   if (even) {
+                     pride::allgather(comm, src.data_ptr(), nbytes(src), flat.data_ptr());
+                   } else {
+                     pride::allgatherv(comm, src.data_ptr(), bytes, flat.data_ptr());
+                   }
+                   unflatten_into(flat, outs);
+                   return true;
+                 });
 }
 
 intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor& input,

@@ -143,6 +143,20 @@ def _other_collectives(rank, world, store_path):
             ref = None
         if ref is not None:
             assert all(torch.equal(outs[r], ref[r]) for r in range(world)), f"all_gather {dtype} vs gloo"
+        # all_gather into outputs of different sizes (rank r's input is r + 2 rows), views of one tensor
+        # as torch's suite makes them; then an input that does not fit its slot is refused on every rank
+        # alike and the group goes on.
+        rows = [r + 2 for r in range(world)]
+        mine = make(rank, dtype, rows[rank] * 3).view(rows[rank], 3)
+        for async_op in (False, True):
+            whole = torch.empty(sum(rows), 3, dtype=dtype)
+            work = dist.all_gather(list(torch.split(whole, rows)), mine, async_op=async_op)
+            if async_op:
+                work.wait()
+            want = torch.cat([make(r, dtype, rows[r] * 3).view(rows[r], 3) for r in range(world)])
+            assert torch.equal(whole, want), f"all_gather of different sizes {dtype} async={async_op}"
+        with pytest.raises(ValueError, match="size of output"):
+            dist.all_gather(list(torch.split(torch.empty(sum(rows), 3, dtype=dtype), rows)), mine[:1])
         flat = torch.empty(world * 37, dtype=dtype)
         dist.all_gather_into_tensor(flat, x)
         assert torch.equal(flat, torch.cat(everyone)), f"all_gather_into_tensor {dtype}"
