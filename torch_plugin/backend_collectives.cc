@@ -298,7 +298,23 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
   check_single_tensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
                     "pride reduce_scatter: expected one input list of ", getSize(), " tensors");
-  check_same_type_and_size(outputs[0], inputs[0], "reduce_scatter", "input");
+  const bool even = std::all_of(inputs[0].begin(), inputs[0].end(),
+                                [&](const at::Tensor& i) { return i.numel() == outputs[0].numel(); });
+  if (even) {
+    check_same_type_and_size(outputs[0], inputs[0], "reduce_scatter", "input");
+  } else {
+    // Inputs of different sizes (torch's reduce_scatter_v, as ProcessGroupNCCL takes it): input r is
+    // reduced into rank r's output, so this rank's output must have the size of its own input. The
+    // engine checks that the ranks agree on the sizes (their hash is in its call description).
+    for (const auto& i : inputs[0]) {
+      check_cpu_tensor(i, "reduce_scatter");
+      TORCH_CHECK_TYPE(i.scalar_type() == outputs[0].scalar_type(), "pride reduce_scatter: input tensors must have dtype ",
+                       outputs[0].scalar_type(), ", got ", i.scalar_type());
+    }
+    TORCH_CHECK_VALUE(inputs[0][getRank()].numel() == outputs[0].numel(), "pride reduce_scatter (rank ", getRank(),
+                      "): inputs of different sizes need this rank's output to have the size of input ", getRank(),
+                      ", ", inputs[0][getRank()].numel(), " elements; it has ", outputs[0].numel());
+  }
   const ScalarType type = to_scalar_type(outputs[0].scalar_type(), "reduce_scatter");
   const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter");
   at::Tensor out = outputs[0];
@@ -307,7 +323,8 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
                  [out, ins, type, op](Communicator& comm, PrideWork&) {
                    at::Tensor flat = flatten(ins);
                    Staged dst(out);
-                   std::vector<size_t> counts(size_t(comm.size()), size_t(out.numel()));
+                   std::vector<size_t> counts;
+                   for (const auto& i : ins) counts.push_back(size_t(i.numel()));
                    pride::reduce_scatter(comm, flat.data_ptr(), dst.data(), counts, type, op);
                    dst.commit();
                    return true;

@@ -179,6 +179,17 @@ def _other_collectives(rank, world, store_path):
             out2 = torch.empty(11, dtype=dtype)
             dist.reduce_scatter_tensor(out2, torch.cat(pieces))
             same(out2, want, f"reduce_scatter_tensor {dtype}")
+            # inputs of different sizes: input r (r + 1 rows) is reduced into rank r's output
+            rows = [r + 1 for r in range(world)]
+            whole = make(rank, dtype, sum(rows) * 2).view(sum(rows), 2)
+            out_v = torch.empty(rows[rank], 2, dtype=dtype)
+            dist.reduce_scatter(out_v, list(torch.split(whole, rows)))
+            start = sum(rows[:rank])
+            want_v = oracle_reduce([make(r, dtype, sum(rows) * 2).view(sum(rows), 2)[start:start + rows[rank]]
+                                    for r in range(world)], "sum")
+            same(out_v, want_v, f"reduce_scatter of different sizes {dtype}")
+            with pytest.raises(ValueError, match="size of input"):
+                dist.reduce_scatter(torch.empty(rows[rank] + 1, 2, dtype=dtype), list(torch.split(whole, rows)))
         # all_to_all (list) and all_to_all_single (equal and unequal splits)
         send = [torch.full((r + 1,), rank * 10 + r).to(dtype) for r in range(world)]
         recv = [torch.empty(rank + 1, dtype=dtype) for _ in range(world)]
