@@ -98,6 +98,11 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
             ranks, real = int(os.environ["WORLD_SIZE"]), torch.cuda.device_count()
             torch.cuda.device_count = lambda: max(real, ranks)
             distributed_test.init_multigpu_helper = lambda world_size, backend: {r: [0] for r in range(world_size)}
+            # Some tests also call torch.cuda.set_device(self.rank) before taking rank_to_GPU's device:
+            # rank 1 would ask for a GPU that is not there (the first device run: invalid device ordinal
+            # for NCCL and pride alike). It selects GPU 0, as init_multigpu_helper does.
+            one_gpu_set_device = torch.cuda.set_device
+            torch.cuda.set_device = lambda device: one_gpu_set_device(0)
         super()._run(rank, *args, **kwargs)
 
     def setUp(self):
