@@ -193,9 +193,28 @@ intrusive_ptr<Work> PrideBackend::nccl_allgather_base(at::Tensor& output, at::Te
 intrusive_ptr<Work> PrideBackend::nccl_allgather(std::vector<at::Tensor>& outputs, at::Tensor& input) {
   std::vector<at::Tensor> all = outputs;
   all.push_back(input);
-  if (!nccl_takes(all) || int(outputs.size()) != getSize()) return {};
-  for (const auto& o : outputs) {
-    if (o.numel() != input.numel()) return {};
+  const int n = getSize(), me = getRank();
+  if (!nccl_takes(all) || int(outputs.size()) != n) return {};
+  const bool even = std::all_of(outputs.begin(), outputs.end(),
+                                [&](const at::Tensor& o) { return o.numel() == input.numel(); });
+  if (!even) {
+    // Outputs of different sizes (torch's all_gather_v): this rank's input goes to output `me` of every
+    // rank, as point-to-point pieces in one NCCL group (NCCL's all-gather wants equal pieces). The
+    // ranks must agree on every size: their digest is in the fingerprint. An input that misses its
+    // slot takes the staged path, which raises the error.
+    if (outputs[size_t(me)].numel() != input.numel()) return {};
+    std::vector<size_t> sizes;
+    uint64_t total = 0;
+    for (const auto& o : outputs) {
+      sizes.push_back(bytes_of(o));
+      total += bytes_of(o);
+    }
+    const uint64_t digest = (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1);
+    const at::Tensor mine_in = input, mine_out = outputs[size_t(me)];
+    return nccl_exchange(c10d::OpType::ALLGATHER, "pride:allgather", "allgatherv",
+                         fingerprint(OpId::kAllgatherv, input, total, digest), outputs, {input},
+                         std::vector<at::Tensor>(size_t(n), input), outputs,
+                         [mine_in, mine_out] { const_cast<at::Tensor&>(mine_out).copy_(mine_in.view(mine_out.sizes())); });
   }
   at::Tensor in = input;
   std::vector<at::Tensor> outs = outputs;
@@ -239,14 +258,47 @@ intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor& output, std::v
   std::vector<at::Tensor> all = inputs;
   all.push_back(output);
   if (!nccl_takes(all) || int(inputs.size()) != getSize()) return {};
-  for (const auto& i : inputs) {
-    if (i.numel() != output.numel()) return {};
-  }
   const auto dtype = nccl_type(output.scalar_type());
   const auto red = nccl_op(op, output.scalar_type());
   if (!dtype || !red) return {};
   at::Tensor out = output;
   std::vector<at::Tensor> ins = inputs;
+  const bool even = std::all_of(inputs.begin(), inputs.end(),
+                                [&](const at::Tensor& i) { return i.numel() == output.numel(); });
+  if (!even) {
+    // Inputs of different sizes (torch's reduce_scatter_v): input r is reduced into rank r's output, one
+    // ncclReduce per rank in one NCCL group (NCCL's reduce-scatter wants equal pieces). The ranks must
+    // agree on the sizes (their digest is in the fingerprint); an output that misses its input's size
+    // takes the staged path, which raises the error.
+    if (inputs[size_t(getRank())].numel() != output.numel()) return {};
+    std::vector<size_t> sizes;
+    uint64_t total = 0;
+    for (const auto& i : inputs) {
+      sizes.push_back(size_t(i.numel()));
+      total += uint64_t(i.numel());
+    }
+    const uint64_t digest = (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1);
+    return enqueue_nccl(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", "reduce_scatter",
+                        fingerprint(OpId::kReduceScatter, out, total, uint64_t(op.op_) | digest), {out}, ins,
+                        [out, ins, dtype, red](NcclCall& call) {
+                          const size_t me = size_t(call.collective().rank());
+                          // ncclReduce writes the root's recvbuff only; the other roots' calls get one
+                          // scratch buffer rather than the caller's inputs, which stay as they were.
+                          int64_t largest = 0;
+                          for (size_t r = 0; r < ins.size(); ++r) {
+                            if (r != me) largest = std::max(largest, ins[r].numel());
+                          }
+                          at::Tensor scratch = at::empty({largest}, out.options());  // on pride's stream
+                          call.run("grouped ncclReduce", [&](NcclComm& nccl, cudaStream_t stream) {
+                            for (size_t r = 0; r < ins.size(); ++r) {
+                              void* recv = r == me ? out.data_ptr() : scratch.data_ptr();
+                              nccl.check(ncclReduce(ins[r].data_ptr(), recv, size_t(ins[r].numel()), *dtype, *red,
+                                                    int(r), nccl.get(), stream),
+                                         "ncclReduce");
+                            }
+                          });
+                        });
+  }
   return enqueue_nccl(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", "reduce_scatter",
                       fingerprint(OpId::kReduceScatter, out, uint64_t(out.numel()) * ins.size(), uint64_t(op.op_)),
                       {out}, ins, [out, ins, dtype, red](NcclCall& call) {
