@@ -46,6 +46,30 @@ void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
   }
 }
 
+// One tensor per rank (`pieces`, with `mine`'s dtype). Of one size, the usual case, they are checked as
+// such. Of different sizes (torch's all_gather_v and reduce_scatter_v, which ProcessGroupNCCL takes),
+// piece r belongs to rank r, so `mine` must have the size of this rank's piece; the engine checks that
+// the ranks agree on every size (their digest is in its call description). Returns whether the pieces
+// have one size.
+bool check_pieces(const at::Tensor& mine, const std::vector<at::Tensor>& pieces, int rank, const char* collective,
+                  const char* piece, const char* mine_name) {
+  const bool even =
+      std::all_of(pieces.begin(), pieces.end(), [&](const at::Tensor& p) { return p.numel() == mine.numel(); });
+  if (even) {
+    check_same_type_and_size(mine, pieces, collective, piece);
+    return true;
+  }
+  for (const auto& p : pieces) {
+    check_cpu_tensor(p, collective);
+    TORCH_CHECK_TYPE(p.scalar_type() == mine.scalar_type(), "pride ", collective, ": ", piece,
+                     " tensors must have dtype ", mine.scalar_type(), ", got ", p.scalar_type());
+  }
+  TORCH_CHECK_VALUE(pieces[size_t(rank)].numel() == mine.numel(), "pride ", collective, " (rank ", rank, "): ", piece,
+                    "s of different sizes need this rank's ", mine_name, " to have the size of ", piece, " ", rank, ", ",
+                    pieces[size_t(rank)].numel(), " elements; it has ", mine.numel());
+  return false;
+}
+
 }  // namespace
 
 intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
@@ -140,23 +164,7 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
   TORCH_CHECK_VALUE(outputs.size() == 1, "pride allgather: expected one output list, got ", outputs.size());
   TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(), "pride allgather: output list has ", outputs[0].size(),
                     " tensors, the group has ", getSize(), " ranks");
-  const bool even = std::all_of(outputs[0].begin(), outputs[0].end(),
-                                [&](const at::Tensor& o) { return o.numel() == inputs[0].numel(); });
-  if (even) {
-    check_same_type_and_size(inputs[0], outputs[0], "allgather", "output");
-  } else {
-    // Outputs of different sizes (torch's all_gather takes them where ProcessGroupNCCL does): output r
-    // receives rank r's input, so this rank's input must fit its own slot. The engine's allgatherv
-    // checks that the ranks agree on the sizes (a digest in its call description).
-    for (const auto& o : outputs[0]) {
-      check_cpu_tensor(o, "allgather");
-      TORCH_CHECK_TYPE(o.scalar_type() == inputs[0].scalar_type(), "pride allgather: output tensors must have dtype ",
-                       inputs[0].scalar_type(), ", got ", o.scalar_type());
-    }
-    TORCH_CHECK_VALUE(outputs[0][getRank()].numel() == inputs[0].numel(), "pride allgather (rank ", getRank(),
-                      "): outputs of different sizes need this rank's input to have the size of output ", getRank(),
-                      ", ", outputs[0][getRank()].numel(), " elements; it has ", inputs[0].numel());
-  }
+  const bool even = check_pieces(inputs[0], outputs[0], getRank(), "allgather", "output", "input");
   to_scalar_type(inputs[0].scalar_type(), "allgather");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
@@ -298,23 +306,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
   check_single_tensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
                     "pride reduce_scatter: expected one input list of ", getSize(), " tensors");
-  const bool even = std::all_of(inputs[0].begin(), inputs[0].end(),
-                                [&](const at::Tensor& i) { return i.numel() == outputs[0].numel(); });
-  if (even) {
-    check_same_type_and_size(outputs[0], inputs[0], "reduce_scatter", "input");
-  } else {
-    // Inputs of different sizes (torch's reduce_scatter_v, as ProcessGroupNCCL takes it): input r is
-    // reduced into rank r's output, so this rank's output must have the size of its own input. The
-    // engine checks that the ranks agree on the sizes (their hash is in its call description).
-    for (const auto& i : inputs[0]) {
-      check_cpu_tensor(i, "reduce_scatter");
-      TORCH_CHECK_TYPE(i.scalar_type() == outputs[0].scalar_type(), "pride reduce_scatter: input tensors must have dtype ",
-                       outputs[0].scalar_type(), ", got ", i.scalar_type());
-    }
-    TORCH_CHECK_VALUE(inputs[0][getRank()].numel() == outputs[0].numel(), "pride reduce_scatter (rank ", getRank(),
-                      "): inputs of different sizes need this rank's output to have the size of input ", getRank(),
-                      ", ", inputs[0][getRank()].numel(), " elements; it has ", outputs[0].numel());
-  }
+  check_pieces(outputs[0], inputs[0], getRank(), "reduce_scatter", "input", "output");
   const ScalarType type = to_scalar_type(outputs[0].scalar_type(), "reduce_scatter");
   const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter");
   at::Tensor out = outputs[0];
