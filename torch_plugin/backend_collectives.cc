@@ -53,8 +53,10 @@ void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
 // have one size.
 bool check_pieces(const at::Tensor& mine, const std::vector<at::Tensor>& pieces, int rank, const char* collective,
                   const char* piece, const char* mine_name) {
-  const bool even =
-      std::all_of(pieces.begin(), pieces.end(), [&](const at::Tensor& p) { return p.numel() == mine.numel(); });
+  // One size is the pieces' own (as ProcessGroupNCCL decides): pieces of one size and a `mine` of another
+  // get the one-size error, not the per-rank one.
+  const bool even = std::all_of(pieces.begin(), pieces.end(),
+                                [&](const at::Tensor& p) { return p.numel() == pieces.front().numel(); });
   if (even) {
     check_same_type_and_size(mine, pieces, collective, piece);
     return true;

@@ -291,6 +291,7 @@ intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor& output, std::v
                           at::Tensor scratch = at::empty({largest}, out.options());  // on pride's stream
                           call.run("grouped ncclReduce", [&](NcclComm& nccl, cudaStream_t stream) {
                             for (size_t r = 0; r < ins.size(); ++r) {
+                              if (ins[r].numel() == 0) continue;  // on every rank: the sizes are agreed
                               void* recv = r == me ? out.data_ptr() : scratch.data_ptr();
                               nccl.check(ncclReduce(ins[r].data_ptr(), recv, size_t(ins[r].numel()), *dtype, *red,
                                                     int(r), nccl.get(), stream),

@@ -143,10 +143,10 @@ def _other_collectives(rank, world, store_path):
             ref = None
         if ref is not None:
             assert all(torch.equal(outs[r], ref[r]) for r in range(world)), f"all_gather {dtype} vs gloo"
-        # all_gather into outputs of different sizes (rank r's input is r + 2 rows), views of one tensor
-        # as torch's suite makes them; then an input that does not fit its slot is refused on every rank
-        # alike and the group goes on.
-        rows = [r + 2 for r in range(world)]
+        # all_gather into outputs of different sizes (rank r's input is 2r rows, none on rank 0), views of
+        # one tensor as torch's suite makes them; then every rank gives an input that does not fit its
+        # slot, each is refused before anything is sent, and the group goes on.
+        rows = [2 * r for r in range(world)]
         mine = make(rank, dtype, rows[rank] * 3).view(rows[rank], 3)
         for async_op in (False, True):
             whole = torch.empty(sum(rows), 3, dtype=dtype)
@@ -156,7 +156,10 @@ def _other_collectives(rank, world, store_path):
             want = torch.cat([make(r, dtype, rows[r] * 3).view(rows[r], 3) for r in range(world)])
             assert torch.equal(whole, want), f"all_gather of different sizes {dtype} async={async_op}"
         with pytest.raises(ValueError, match="size of output"):
-            dist.all_gather(list(torch.split(torch.empty(sum(rows), 3, dtype=dtype), rows)), mine[:1])
+            dist.all_gather(list(torch.split(torch.empty(sum(rows), 3, dtype=dtype), rows)),
+                            make(rank, dtype, (rows[rank] + 1) * 3).view(rows[rank] + 1, 3))
+        with pytest.raises(ValueError, match=r"output tensors must have \d+ elements, got \d+"):  # one size
+            dist.all_gather([torch.empty(37, dtype=dtype) for _ in range(world)], torch.empty(40, dtype=dtype))
         flat = torch.empty(world * 37, dtype=dtype)
         dist.all_gather_into_tensor(flat, x)
         assert torch.equal(flat, torch.cat(everyone)), f"all_gather_into_tensor {dtype}"
@@ -179,8 +182,8 @@ def _other_collectives(rank, world, store_path):
             out2 = torch.empty(11, dtype=dtype)
             dist.reduce_scatter_tensor(out2, torch.cat(pieces))
             same(out2, want, f"reduce_scatter_tensor {dtype}")
-            # inputs of different sizes: input r (r + 1 rows) is reduced into rank r's output
-            rows = [r + 1 for r in range(world)]
+            # inputs of different sizes: input r (2r rows, none for rank 0) is reduced into rank r's output
+            rows = [2 * r for r in range(world)]
             whole = make(rank, dtype, sum(rows) * 2).view(sum(rows), 2)
             out_v = torch.empty(rows[rank], 2, dtype=dtype)
             dist.reduce_scatter(out_v, list(torch.split(whole, rows)))

@@ -161,6 +161,24 @@ def test_cuda_stream_semantics_2ranks():
     run(_stream_semantics, 2, deadline_s=240)
 
 
+def _pieces_of_different_sizes(rank, world_size, dev):
+    """all_gather into outputs of different sizes and reduce_scatter of inputs of different sizes (rank
+    r's piece: 2r rows, none on rank 0), as views of one tensor: the staged path, or NCCL's calls."""
+    import torch.distributed as dist
+
+    rows = [2 * r for r in range(world_size)]
+    whole = torch.empty(sum(rows), 5, device=dev)
+    dist.all_gather(list(torch.split(whole, rows)), torch.full((rows[rank], 5), float(7 * rank + 1), device=dev))
+    assert torch.equal(whole.cpu(), torch.cat([torch.full((rows[r], 5), float(7 * r + 1)) for r in range(world_size)]))
+    every = [(torch.arange(sum(rows) * 2).view(sum(rows), 2) * (r + 1)) for r in range(world_size)]
+    mine = every[rank].to(dev)
+    out = torch.empty(rows[rank], 2, dtype=torch.int64, device=dev)
+    dist.reduce_scatter(out, list(torch.split(mine, rows)))
+    start = sum(rows[:rank])
+    assert torch.equal(out.cpu(), sum(e[start:start + rows[rank]] for e in every))
+    assert torch.equal(mine.cpu(), every[rank]), "reduce_scatter must leave its inputs as they were"
+
+
 def _standard_collectives(rank, world_size, store_path):
     import torch.distributed as dist
 
@@ -202,6 +220,8 @@ def _standard_collectives(rank, world_size, store_path):
     mine = full.chunk(world_size)[rank]
     dist.reduce_scatter_tensor(mine, full)
     assert torch.equal(mine.cpu(), want)
+
+    _pieces_of_different_sizes(rank, world_size, dev)
 
     send = torch.arange(world_size * 4, dtype=torch.float32, device=dev) + 100 * rank
     recv = torch.empty_like(send)

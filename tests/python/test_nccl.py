@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from distributed_harness import init_group, run
-from test_cuda import DTYPES, _inputs, _lion_cpu_vs_cuda, _oracle, _same_bits, _standard_collectives
+from test_cuda import (DTYPES, _inputs, _lion_cpu_vs_cuda, _oracle, _pieces_of_different_sizes, _same_bits,
+                       _standard_collectives)
 
 
 def _nccl_built():
@@ -156,19 +157,7 @@ def _more_collectives(rank, world_size, store_path):
     dist.all_to_all(outs, ins)
     for q, o in enumerate(outs):
         assert torch.equal(o.cpu(), torch.full((4,), float(10 * q + rank)))
-    # all_gather into outputs of different sizes (rank r's input: r + 1 rows), views of one tensor
-    rows = [r + 1 for r in range(world_size)]
-    whole = torch.empty(sum(rows), 5, device=dev)
-    dist.all_gather(list(torch.split(whole, rows)), torch.full((rows[rank], 5), float(7 * rank + 1), device=dev))
-    assert torch.equal(whole.cpu(), torch.cat([torch.full((rows[r], 5), float(7 * r + 1)) for r in range(world_size)]))
-    # reduce_scatter of inputs of different sizes: input r (r + 1 rows) is summed into rank r's output
-    mine = (base[: sum(rows) * 2].view(sum(rows), 2) * (rank + 1)).to(torch.int64)
-    out_v = torch.empty(rows[rank], 2, dtype=torch.int64, device=dev)
-    dist.reduce_scatter(out_v, list(torch.split(mine, rows)))
-    start = sum(rows[:rank])
-    everyone = [(base[: sum(rows) * 2].view(sum(rows), 2) * (r + 1)).to(torch.int64).cpu() for r in range(world_size)]
-    assert torch.equal(out_v.cpu(), sum(e[start:start + rows[rank]] for e in everyone))
-    assert torch.equal(mine.cpu(), everyone[rank]), "reduce_scatter must leave its inputs as they were"
+    _pieces_of_different_sizes(rank, world_size, dev)  # an all_gather and a reduce_scatter
     # the calls above went over NCCL; a bool allreduce (no NCCL op for it) still works, staged
     flags = torch.tensor([rank == 0, True, False], device=dev)
     dist.all_reduce(flags, op=dist.ReduceOp.BOR)
