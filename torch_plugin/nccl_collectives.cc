@@ -81,6 +81,12 @@ Fingerprint fingerprint(OpId op, const at::Tensor& t, uint64_t numel, uint64_t d
 
 size_t bytes_of(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
 
+// A fingerprint detail for a call whose pieces' sizes the ranks must agree on: their hash above the low
+// byte (which holds the reduce op) and below the NCCL bit.
+uint64_t sizes_digest(const std::vector<size_t>& sizes) {
+  return (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1);
+}
+
 }  // namespace
 
 bool PrideBackend::nccl_takes(const std::vector<at::Tensor>& tensors) {
@@ -127,7 +133,7 @@ intrusive_ptr<Work> PrideBackend::nccl_allreduce(std::vector<at::Tensor>& tensor
   }
   // A bucket is one NCCL allreduce per tensor: ranks whose tensors add up to the same total but are
   // cut differently would reach NCCL with different counts, so the sizes are in the fingerprint.
-  const uint64_t digest = sizes.size() > 1 ? (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1) : 0;
+  const uint64_t digest = sizes.size() > 1 ? sizes_digest(sizes) : 0;
   const uint64_t detail = uint64_t(op.op_) | digest;
   std::vector<at::Tensor> ts = tensors;
   return enqueue_nccl(type, name, "allreduce", fingerprint(OpId::kAllreduce, ts[0], total, detail), ts, ts,
@@ -209,7 +215,7 @@ intrusive_ptr<Work> PrideBackend::nccl_allgather(std::vector<at::Tensor>& output
       sizes.push_back(bytes_of(o));
       total += bytes_of(o);
     }
-    const uint64_t digest = (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1);
+    const uint64_t digest = sizes_digest(sizes);
     const at::Tensor mine_in = input, mine_out = outputs[size_t(me)];
     return nccl_exchange(c10d::OpType::ALLGATHER, "pride:allgather", "allgatherv",
                          fingerprint(OpId::kAllgatherv, input, total, digest), outputs, {input},
@@ -277,7 +283,7 @@ intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor& output, std::v
       sizes.push_back(size_t(i.numel()));
       total += uint64_t(i.numel());
     }
-    const uint64_t digest = (standard::hash_sizes(sizes) << 8) & (kFingerprintOverNccl - 1);
+    const uint64_t digest = sizes_digest(sizes);
     return enqueue_nccl(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", "reduce_scatter",
                         fingerprint(OpId::kReduceScatter, out, total, uint64_t(op.op_) | digest), {out}, ins,
                         [out, ins, dtype, red](NcclCall& call) {
