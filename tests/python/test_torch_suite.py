@@ -1,7 +1,8 @@
 """torch's own distributed test suite against pride (issue 11): every CPU test that torch's Gloo passes
 in torch.testing._internal.distributed.distributed_test passes on pride, WORLD_SIZE=3.
 
-Three runs of tests/torch_suite/distributed_spawn.py, each in its own process, on the torch installed:
+Three runs of tests/torch_suite/distributed_spawn.py, side by side, each in its own process, on the torch
+installed:
   gloo            the reference: which tests Gloo passes here;
   pride           pride under its own name (its DistTestCases feature sets are Gloo's);
   pride, as Gloo  the tests torch gates on the backend's name being "gloo" run too, on pride groups.
@@ -135,27 +136,28 @@ def read_report(run):
     return results
 
 
-def run_suite(tmp_path, name, backend, as_gloo=False):
+def start_cpu_suite(tmp_path, name, backend, as_gloo=False):
     # CPU tensors only: on a GPU machine torch's gates would otherwise want a GPU per rank.
-    run = start_suite(tmp_path, name, backend, as_="gloo" if as_gloo else "", env_extra={"CUDA_VISIBLE_DEVICES": ""})
-    try:
-        return finish_suite(run)
-    finally:
-        stop_suite(run)
+    return start_suite(tmp_path, name, backend, as_="gloo" if as_gloo else "", env_extra={"CUDA_VISIBLE_DEVICES": ""})
 
 
 def test_every_cpu_test_gloo_passes_passes_on_pride(tmp_path):
+    """The three runs side by side (each test's ranks mostly wait on each other: one after the other they
+    took four minutes of CI, at once under two)."""
     pytest.importorskip("expecttest")  # torch's test utilities need it (scripts/setup.sh installs it)
-    gloo = run_suite(tmp_path, "gloo", "gloo")
+    runs = [start_cpu_suite(tmp_path, "gloo", "gloo"), start_cpu_suite(tmp_path, "pride", "pride"),
+            start_cpu_suite(tmp_path, "pride-as-gloo", "pride", as_gloo=True)]
+    try:
+        gloo, pride, as_gloo = (finish_suite(run) for run in runs)
+    finally:
+        stop_suites(runs)
     gloo_passes = sorted(t for t, (status, _) in gloo.items() if status == "passed")
     assert len(gloo_passes) > 50, f"Gloo passed only {len(gloo_passes)} tests: the reference run is broken"
 
     assert not set(KNOWN_SKIPS) & set(gloo), f"known skips were not deselected: {set(KNOWN_SKIPS) & set(gloo)}"
-    pride = run_suite(tmp_path, "pride", "pride")
     failed = {t: m for t, (status, m) in pride.items() if status in ("failure", "error")}
     assert not failed, f"failed on pride: {failed}"
 
-    as_gloo = run_suite(tmp_path, "pride-as-gloo", "pride", as_gloo=True)
     missing = {t: as_gloo.get(t, ("absent", "")) for t in gloo_passes if as_gloo.get(t, ("absent",))[0] != "passed"}
     assert not missing, f"tests Gloo passes that pride does not: {missing}"
     print(f"Gloo passes {len(gloo_passes)}; pride passes all of them "
