@@ -69,6 +69,14 @@ def launch(worker, args, report):
     return report(args, result)
 
 
+def placement(args):
+    """Where the ranks ran, for a report's header: the launcher's ranks per host with --env."""
+    if not args.env:
+        return "on one host"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return f"{local} rank{'s' if local > 1 else ''} per launcher-made host"
+
+
 def time_alternating(cases, timed, reset, warmup, iters, progress=False):
     """Times every case of `cases` (name -> fn) once per iteration, alternating in one loop so that
     machine noise hits them all alike: reset() before each, timed(fn) measures it (seconds). Returns

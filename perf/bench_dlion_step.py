@@ -31,7 +31,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes, slowest_own_medians
+from bench_common import (ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes, placement,
+                          slowest_own_medians)
 
 
 class Fp32AllreduceStep:
@@ -158,7 +159,7 @@ def parse_cases(text):
 
 def report(args, result):
     med = result["median_s"]
-    where = "one rank per launcher-made host" if args.env else "on one host"
+    where = placement(args)
     print(f"# {result['ranks']} ranks ({where}), {result['numel']} fp32 parameters in {result['tensors']} "
           f"tensors, D-Lion votes={args.votes}, median of {args.iters} steps (min in brackets)")
     # Ratios against the D-Lion step when it ran, else against the first case.

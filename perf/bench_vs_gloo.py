@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import (ENV_HELP, init_pride_group, launch, print_side_by_side, side_by_side_result,
+from bench_common import (ENV_HELP, init_pride_group, launch, placement, print_side_by_side, side_by_side_result,
                           slowest_own_medians, time_alternating)
 
 
@@ -90,7 +90,7 @@ def main():
 
 
 def report(args, result):
-    where = "one rank per launcher-made host" if args.env else "on one host"
+    where = placement(args)
     print(f"# {args.ranks} ranks ({where}), {result['numel']} fp32 elements "
           f"({result['numel'] * 4 / 2**20:.0f} MiB), median of {args.iters} (min in brackets)")
     print_side_by_side(result, "gloo all_reduce fp32", "vs gloo")
