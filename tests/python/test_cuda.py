@@ -237,6 +237,15 @@ def _standard_collectives(rank, world_size, store_path):
     for r in reqs:
         r.wait()
     assert torch.equal(got.cpu(), torch.full((n,), float(src)))
+    # to every rank, itself included, as torch's test_batch_isend_irecv_nccl does
+    gots = [torch.empty(3, dtype=torch.int32, device=dev) for _ in range(world_size)]
+    ops = [dist.P2POp(dist.isend, torch.full((3,), 10 * rank + q, dtype=torch.int32, device=dev), q)
+           for q in range(world_size)]
+    ops += [dist.P2POp(dist.irecv, gots[q], q) for q in range(world_size)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    for q in range(world_size):
+        assert torch.equal(gots[q].cpu(), torch.full((3,), 10 * q + rank, dtype=torch.int32))
 
     dist.barrier()
 

@@ -34,6 +34,23 @@ def _p2p(rank, world, store_path):
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     assert torch.equal(recv, torch.arange(4) + 10 * left)
+    # to itself: a receive posted before the send, and a send before its receive (torch's
+    # test_batch_isend_irecv_nccl sends to every rank, itself included)
+    mine = torch.empty(6)
+    req = dist.irecv(mine, src=rank, tag=11)
+    dist.isend(torch.arange(6.0) * (rank + 1), dst=rank, tag=11).wait()
+    req.wait()
+    assert torch.equal(mine, torch.arange(6.0) * (rank + 1))
+    sent = dist.isend(torch.full((2,), -1.0 - rank), dst=rank, tag=12)
+    dist.recv(mine[:2], src=rank, tag=12)
+    sent.wait()
+    assert torch.equal(mine[:2], torch.full((2,), -1.0 - rank))
+    got = [torch.empty(3, dtype=torch.int32) for _ in range(world)]
+    ops = [dist.P2POp(dist.isend, torch.full((3,), 10 * rank + peer, dtype=torch.int32), peer) for peer in range(world)]
+    ops += [dist.P2POp(dist.irecv, got[peer], peer) for peer in range(world)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert all(torch.equal(got[peer], torch.full((3,), 10 * peer + rank, dtype=torch.int32)) for peer in range(world))
     # recv from any source reports the sender
     if rank == 0 and world > 1:
         got = torch.empty(1)
