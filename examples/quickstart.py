@@ -1,10 +1,16 @@
 """pride in 30 lines. Run with:  torchrun --standalone --nproc-per-node 4 examples/quickstart.py"""
 
+import argparse
+import os
+
 import torch
 import torch.distributed as dist
 
 import pride  # registers the "pride" backend
 
+argparse.ArgumentParser(description=__doc__).parse_args()  # --help; it takes no options
+if "RANK" not in os.environ:  # not started by torchrun
+    raise SystemExit(f"quickstart.py needs a launcher. {__doc__}")
 dist.init_process_group("pride")  # env:// (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
 rank, world = dist.get_rank(), dist.get_world_size()
 

@@ -22,6 +22,15 @@ def test_torchrun_runs_the_example():
     assert "sign_allreduce" in out.stdout and "bytes_sent" in out.stdout, out.stdout
 
 
+def test_the_example_without_a_launcher_says_how_to_start_it():
+    example = os.path.join(ROOT, "examples", "quickstart.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    shown = subprocess.run([sys.executable, example, "--help"], capture_output=True, text=True, timeout=120, env=env)
+    assert shown.returncode == 0 and "torchrun --standalone" in shown.stdout, shown.stdout + shown.stderr
+    alone = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120, env=env)
+    assert alone.returncode == 1 and "needs a launcher" in alone.stderr and "torchrun" in alone.stderr, alone.stderr
+
+
 def _file_init(rank, world, store_path):
     import pride  # noqa: F401
 
