@@ -9,8 +9,15 @@
   run_multiproc.py netns --netns-run S --hosts H --per-host P -- BINARY ARGS...
       scripts/netns_run.sh -n H -p P: H simulated hosts (network namespaces) of P ranks each. Passes when
       every rank exits 0 and rank 0 reports "# Out of bounds values : 0 OK", and every route matches
-      where its peer is: shared memory (posix/sysv) to a rank of the same host, TCP to another host.
+      where its peer is: shared memory (posix/sysv) to a rank of the same host, TCP to another host,
+      and no rank warned of a failed peer (a group's normal end is not a failure).
       Exit 77 (skip) when namespaces cannot be created.
+
+  run_multiproc.py netns-fault --netns-run S --hosts H --per-host P --probe P --victim V [--timeout SECONDS]
+      the same simulated hosts running fault_probe ranks, the victim killing itself (SIGKILL) between
+      two collectives. Every survivor, on the victim's host and on the others (whose endpoints to it
+      are UCX's TCP ones, with UCX's peer-failure reports), must raise well before PRIDE_TIMEOUT,
+      naming the collective and the victim (directly, or through the peer that gave up first).
 
   run_multiproc.py fault --probe P --nproc N --scenario S [--victim V] [--timeout SECONDS]
       starts N fault_probe ranks itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, PRIDE_TIMEOUT)
@@ -114,7 +121,53 @@ def run_netns(args):
         if not re.fullmatch(want, route):
             fail(f"rank {rank} reaches rank {peer} ({'same' if same_host else 'another'} host) via {route}, "
                  f"expected {want!r}")
+    if "reports peer" in out:
+        fail("a rank warned of a failed peer although every rank ended normally")
     print("PASS")
+
+
+def run_netns_fault(args):
+    """fault_probe's "die" scenario across simulated hosts (netns_run.sh runs the ranks, so the driver
+    reads their stderr from its output: one line per rank, "fault_probe rank r: ...")."""
+    n = args.hosts * args.per_host
+    cmd = ["bash", args.netns_run, "-n", str(args.hosts), "-p", str(args.per_host), "--", "env",
+           f"PRIDE_TIMEOUT={args.timeout:g}", args.probe, "--scenario", "die", "--victim", str(args.victim),
+           "--iters", "6"]
+    print("+", " ".join(cmd), flush=True)
+    started = time.monotonic()
+    bound = args.timeout / 2 + SLACK  # well before the timeout: a failure report, not a timeout, ends it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=bound)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, _ = proc.communicate()
+        print(out)
+        fail(f"survivors still running {bound:.0f} s after the start (PRIDE_TIMEOUT {args.timeout:g} s): a hang, "
+             f"or the victim's death noticed only by the timeout")
+    print(out, flush=True)
+    if proc.returncode == 77:
+        sys.exit(77)
+    elapsed = time.monotonic() - started
+    problems = []
+    if f"fault_probe rank {args.victim}: SIGKILL before collective" not in out:
+        problems.append(f"victim rank {args.victim} did not report its SIGKILL")
+    for r in (r for r in range(n) if r != args.victim):
+        lines = [line for line in out.splitlines() if line.startswith(f"fault_probe rank {r}: collective failed:")]
+        if not lines:
+            problems.append(f"rank {r} did not raise")
+            continue
+        text = lines[0]
+        if "sign_allreduce" not in text:
+            problems.append(f"rank {r}: its error does not name the collective")
+        if f"peer {args.victim} failed" not in text:
+            problems.append(f"rank {r}: its error does not say that peer {args.victim} failed")
+        if "timed out" in text:
+            problems.append(f"rank {r}: it learnt of the failure by a timeout")
+    if problems:
+        fail("; ".join(problems))
+    print(f"PASS ({elapsed:.1f} s, PRIDE_TIMEOUT {args.timeout:g} s)")
 
 
 def free_port():
@@ -250,6 +303,13 @@ def main():
     netns.add_argument("--per-host", type=int, required=True)
     netns.add_argument("--deadline", type=float, default=500)
     netns.add_argument("command", nargs=argparse.REMAINDER)
+    netns_fault = sub.add_parser("netns-fault")
+    netns_fault.add_argument("--netns-run", required=True, help="scripts/netns_run.sh")
+    netns_fault.add_argument("--hosts", type=int, required=True)
+    netns_fault.add_argument("--per-host", type=int, required=True)
+    netns_fault.add_argument("--probe", required=True)
+    netns_fault.add_argument("--victim", type=int, required=True)
+    netns_fault.add_argument("--timeout", type=float, default=60, help="PRIDE_TIMEOUT in seconds")
     fault = sub.add_parser("fault")
     fault.add_argument("--probe", required=True)
     fault.add_argument("--nproc", type=int, required=True)
@@ -263,6 +323,8 @@ def main():
         run_perf(args)
     elif args.what == "netns":
         run_netns(args)
+    elif args.what == "netns-fault":
+        run_netns_fault(args)
     else:
         run_fault(args)
 
