@@ -53,9 +53,10 @@ def kill_group(proc):
         pass
 
 
-def run_launcher(cmd, deadline, what):
-    """Runs a launcher of ranks; returns its output once it exits 0 and rank 0 reported no wrong value.
-    Exit 77 (the launcher could not set up, e.g. no network namespaces) passes through as a skip."""
+def run_within(cmd, deadline, hang_message):
+    """Runs a launcher of ranks within `deadline` seconds; returns (exit status, output). A hang fails
+    with `hang_message`; exit 77 (the launcher could not set up, e.g. no network namespaces) passes
+    through as a skip."""
     print("+", " ".join(cmd), flush=True)
     # A session of its own, so a hang can be killed with everything the launcher started.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -66,12 +67,18 @@ def run_launcher(cmd, deadline, what):
         kill_group(proc)
         out, _ = proc.communicate()
         print(out)
-        fail(f"still running after {deadline} s (hang?); killed")
+        fail(hang_message)
     print(out, flush=True)
     if proc.returncode == 77:
         sys.exit(77)
-    if proc.returncode != 0:
-        fail(f"{what} exited with {proc.returncode}")
+    return proc.returncode, out
+
+
+def run_launcher(cmd, deadline, what):
+    """Runs a launcher of ranks; returns its output once it exits 0 and rank 0 reported no wrong value."""
+    returncode, out = run_within(cmd, deadline, f"still running after {deadline} s (hang?); killed")
+    if returncode != 0:
+        fail(f"{what} exited with {returncode}")
     if "# Out of bounds values : 0 OK" not in out:
         fail("rank 0 did not report '# Out of bounds values : 0 OK'")
     return out
@@ -133,22 +140,10 @@ def run_netns_fault(args):
     cmd = ["bash", args.netns_run, "-n", str(args.hosts), "-p", str(args.per_host), "--", "env",
            f"PRIDE_TIMEOUT={args.timeout:g}", args.probe, "--scenario", "die", "--victim", str(args.victim),
            "--iters", "6"]
-    print("+", " ".join(cmd), flush=True)
     started = time.monotonic()
     bound = args.timeout / 2 + SLACK  # well before the timeout: a failure report, not a timeout, ends it
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=bound)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, _ = proc.communicate()
-        print(out)
-        fail(f"survivors still running {bound:.0f} s after the start (PRIDE_TIMEOUT {args.timeout:g} s): a hang, "
-             f"or the victim's death noticed only by the timeout")
-    print(out, flush=True)
-    if proc.returncode == 77:
-        sys.exit(77)
+    _, out = run_within(cmd, bound, f"survivors still running {bound:.0f} s after the start (PRIDE_TIMEOUT "
+                                    f"{args.timeout:g} s): a hang, or the victim's death noticed only by the timeout")
     elapsed = time.monotonic() - started
     problems = []
     if f"fault_probe rank {args.victim}: SIGKILL before collective" not in out:
