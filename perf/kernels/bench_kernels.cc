@@ -29,6 +29,7 @@
 #include "collectives/bits/levels.h"
 #include "collectives/bits/lion_cub.h"
 #include "collectives/bits/onebit.h"
+#include "collectives/bits/packed_counts.h"
 #include "collectives/bits/trits.h"
 
 namespace {
@@ -69,6 +70,7 @@ struct Buffers {
   std::vector<uint64_t> counter;  // 4 planes
   std::vector<uint64_t> counter2, pos, neg, tie;
   std::vector<uint8_t> trits;
+  std::vector<uint32_t> limbs;  // mean counts packed in base 9 (10 per limb), the densest benched
   std::vector<int8_t> levels;  // the level vote's values at N = 4: [-31, 31]
 
   explicit Buffers(size_t elements)
@@ -91,6 +93,7 @@ struct Buffers {
         neg(nwords),
         tie(nwords),
         trits(pride::bits::trits::bytes_for_words(nwords)),
+        limbs(pride::bits::counts::limbs_for_words(pride::bits::counts::make_code(9), nwords)),
         levels(elements) {
     std::mt19937_64 gen(1);
     std::normal_distribution<float> normal;
@@ -153,6 +156,17 @@ std::vector<Kernel> kernels(Buffers& b) {
       // rank decodes when PRIDE_RESULT_CODING picks them. pos and tie as finalize leaves them.
       {"encode_trits", 0, Target::kRate, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
       {"decode_trits", 0, Target::kRate, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
+      // Mean-mode counts packed in base B (packed_counts.h), as the direct algorithm's owner encodes
+      // and every rank decodes them when PRIDE_RESULT_CODING picks them: N = 4 (B = 5, 3 planes) and
+      // N = 8 (B = 9, 4 planes). The planes' values do not change the work.
+      {"encode_counts B=5", 0, Target::kRate,
+       [&b, nw] { encode_counts(counts::make_code(5), b.counter.data(), nw, nw, b.limbs.data()); }},
+      {"decode_counts B=5", 0, Target::kRate,
+       [&b, nw] { decode_counts(counts::make_code(5), b.limbs.data(), nw, b.counter.data(), nw); }},
+      {"encode_counts B=9", 0, Target::kRate,
+       [&b, nw] { encode_counts(counts::make_code(9), b.counter.data(), nw, nw, b.limbs.data()); }},
+      {"decode_counts B=9", 0, Target::kRate,
+       [&b, nw] { decode_counts(counts::make_code(9), b.limbs.data(), nw, b.counter.data(), nw); }},
       // The level vote's packing (levels.h) at N = 4: 63 levels in 6 planes, into the vote planes.
       {"levels_within s=31", n, Target::kBandwidth,
        [&b, n] { volatile bool ok = levels_within(b.levels.data(), n, 31); (void)ok; }},
