@@ -63,6 +63,16 @@ void CudaPlaneOps::decode_trits(const uint8_t* in, size_t nwords, uint64_t* plan
   check_launch(bits::cuda::decode_trits(in, nwords, planes, planes + stride, stream_), "decode_trits");
 }
 
+void CudaPlaneOps::encode_counts(const bits::counts::CountCode& code, const uint64_t* planes, size_t stride,
+                                 size_t nwords, uint32_t* out) {
+  check_launch(bits::cuda::encode_counts(code, planes, stride, nwords, out, stream_), "encode_counts");
+}
+
+void CudaPlaneOps::decode_counts(const bits::counts::CountCode& code, const uint32_t* in, size_t nwords,
+                                 uint64_t* planes, size_t stride) {
+  check_launch(bits::cuda::decode_counts(code, in, nwords, planes, stride, stream_), "decode_counts");
+}
+
 void CudaPlaneOps::settle() { C10_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void CudaPlaneOps::finish_results() {

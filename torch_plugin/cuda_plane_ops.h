@@ -35,6 +35,10 @@ class CudaPlaneOps final : public PlaneOps {
                 size_t result_stride) override;
   void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) override;
   void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override;
+  void encode_counts(const bits::counts::CountCode& code, const uint64_t* planes, size_t stride, size_t nwords,
+                     uint32_t* out) override;
+  void decode_counts(const bits::counts::CountCode& code, const uint32_t* in, size_t nwords, uint64_t* planes,
+                     size_t stride) override;
   void settle() override;
   void finish_results() override;
 

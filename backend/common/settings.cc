@@ -45,8 +45,9 @@ Settings read_settings() {
   PRIDE_CHECK_ARG(s.cuda_path == "auto" || s.cuda_path == "device" || s.cuda_path == "host",
                   "PRIDE_CUDA_PATH='{}' is not one of auto, device, host", s.cuda_path);
   if (const char* v = env("PRIDE_RESULT_CODING")) s.result_coding = v;
-  PRIDE_CHECK_ARG(s.result_coding == "auto" || s.result_coding == "planes" || s.result_coding == "trits",
-                  "PRIDE_RESULT_CODING='{}' is not one of auto, planes, trits", s.result_coding);
+  PRIDE_CHECK_ARG(s.result_coding == "auto" || s.result_coding == "planes" || s.result_coding == "trits" ||
+                      s.result_coding == "counts" || s.result_coding == "packed",
+                  "PRIDE_RESULT_CODING='{}' is not one of auto, planes, trits, counts, packed", s.result_coding);
   if (const char* v = env("PRIDE_CUDA_TRANSPORT")) s.cuda_transport = v;
   PRIDE_CHECK_ARG(s.cuda_transport == "auto" || s.cuda_transport == "nccl" || s.cuda_transport == "ucx",
                   "PRIDE_CUDA_TRANSPORT='{}' is not one of auto, nccl, ucx", s.cuda_transport);

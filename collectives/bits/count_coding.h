@@ -12,7 +12,7 @@
 // 32-bit integers a GPU does natively; they cost density only for a few bases (B = 5: 2.46, not 2.37).
 //
 // Header-only so that the CPU (packed_counts.cc, which adds lookup tables) and the GPU
-// (cuda/count_coding_kernels.cu) share one definition. The definition's arithmetic, written so that
+// (cuda/packed_count_kernels.cu) share one definition. The definition's arithmetic, written so that
 // nothing overflows:
 //   encode: the limb is Σ_p 2^p · E(g_p), where g_p is the k bits of plane p for the limb's elements
 //           and E(g) = Σ_j bit_j(g)·B^j. Every term is at most the limb, which is below B^k <= 2^32.

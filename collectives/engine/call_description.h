@@ -23,9 +23,11 @@ constexpr uint32_t kSignInputOptimizerBucket = 0x11;
 // Set in Fingerprint::detail of a call whose bytes go over NCCL (torch_plugin/nccl_*): a rank on NCCL
 // and a rank on UCX disagree before either sends anything. Printed as "over NCCL".
 constexpr uint64_t kFingerprintOverNccl = uint64_t(1) << 62;
-// Set in the detail of a sign-allreduce whose result chunks travel as trits (SignPlan::trit_results):
-// ranks that chose differently disagree before anything is sent. Printed as "results as trits".
+// Set in the detail of a sign-allreduce whose result chunks travel coded (SignPlan::result_coding):
+// ranks that chose differently disagree before anything is sent. Printed as "results as trits" and
+// "results as packed counts".
 constexpr uint64_t kFingerprintTritResults = uint64_t(1) << 61;
+constexpr uint64_t kFingerprintCountResults = uint64_t(1) << 60;
 
 // "allreduce SUM float32 numel 100", "broadcast 400 bytes from root 2",
 // "sign_allreduce vote binary float32 numel 1000 (ring, segments of 1048576 words)", ...

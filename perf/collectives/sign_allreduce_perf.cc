@@ -147,7 +147,7 @@ class SignAllreduceBench final : public Benchmark {
                    SignAlgorithm::kHier}) {
       if (algorithm != name(a)) continue;
       SignPlan plan = SignPlan::make(comm.size(), mode_, votes_);
-      plan.trit_results = select_trit_results(plan, a, count_, comm.num_nodes(), comm.ranks_per_core());
+      plan.result_coding = select_result_coding(plan, a, count_, comm.num_nodes(), comm.ranks_per_core());
       return wire_bits_per_element(a, plan, comm.num_nodes());
     }
     return -1;

@@ -221,6 +221,10 @@ TEST(GpuTransportChoice, NcclWhereBuiltAndEveryRankHasItsOwnGpu) {
   const std::string trits = describe_call(sign);
   EXPECT_EQ(planes.find("trits"), std::string::npos) << planes;
   EXPECT_NE(trits.find("segments of 131072 words, results as trits"), std::string::npos) << trits;
+  sign.detail = (sign.detail & ~kFingerprintTritResults) | kFingerprintCountResults;  // a mean's packed counts
+  const std::string counts = describe_call(sign);
+  EXPECT_EQ(planes.find("packed"), std::string::npos) << planes;
+  EXPECT_NE(counts.find("segments of 131072 words, results as packed counts"), std::string::npos) << counts;
 }
 
 TEST(Communicator, PointToPointMatchesTags) {

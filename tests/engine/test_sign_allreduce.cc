@@ -209,7 +209,7 @@ TEST(SignAllreduce, TritResultsCostWhatTheFormulaSays) {
       });
       SignPlan plan = SignPlan::make(N, SignMode::kVote, kind);
       const double planes_formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
-      plan.trit_results = plan.has_tie_plane();
+      plan.result_coding = plan.has_tie_plane() ? ResultCoding::kTrits : ResultCoding::kPlanes;
       const double formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
       for (int r = 0; r < N; ++r) {
         const double measured = double(sent[size_t(r)]) * 8 / double(n);
@@ -224,36 +224,121 @@ TEST(SignAllreduce, TritResultsCostWhatTheFormulaSays) {
   Settings::reload();
 }
 
-// When trits are chosen: forced by the setting, or by the cost model where the wire they save takes
-// longer than coding them; never without a tie plane or on another algorithm. A bad setting is refused.
-TEST(SignAllreduce, TritResultsChosenWhereTheySaveTime) {
+// When a coding is chosen: forced by the setting, or by the cost model where the wire it saves takes
+// longer than coding; only the coding that applies (trits for a tie plane, counts for a mean), never
+// where it packs no better than the planes, never on another algorithm. A bad setting is refused.
+TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   const SignPlan even = SignPlan::make(4, SignMode::kVote, VoteKind::kBinary);
   const SignPlan odd = SignPlan::make(3, SignMode::kVote, VoteKind::kBinary);
   const SignPlan ternary = SignPlan::make(3, SignMode::kVote, VoteKind::kTernary);
-  const SignPlan mean = SignPlan::make(4, SignMode::kMean, VoteKind::kBinary);
+  const SignPlan mean = SignPlan::make(4, SignMode::kMean, VoteKind::kBinary);            // B = 5: 2.46 bits, not 3
+  const SignPlan mean8 = SignPlan::make(8, SignMode::kMean, VoteKind::kTernary);          // B = 17: 4.57, not 5
+  const SignPlan mean_power2 = SignPlan::make(3, SignMode::kMean, VoteKind::kBinary);     // B = 4: 2 bits either way
   const size_t n = size_t(1) << 24;
+  const auto choose = [n](const SignPlan& plan, SignAlgorithm algorithm = SignAlgorithm::kDirect) {
+    return select_result_coding(plan, algorithm, n, plan.nranks);
+  };
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "0.2", 1);  // slow links: the saved wire wins
   Settings::reload();
-  EXPECT_TRUE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
-  EXPECT_TRUE(select_trit_results(ternary, SignAlgorithm::kDirect, n, 3));
-  EXPECT_FALSE(select_trit_results(odd, SignAlgorithm::kDirect, n, 3));
-  EXPECT_FALSE(select_trit_results(mean, SignAlgorithm::kDirect, n, 4));
-  EXPECT_FALSE(select_trit_results(even, SignAlgorithm::kRing, n, 4));
+  EXPECT_EQ(choose(even), ResultCoding::kTrits);
+  EXPECT_EQ(choose(ternary), ResultCoding::kTrits);
+  EXPECT_EQ(choose(odd), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean), ResultCoding::kCounts);
+  EXPECT_EQ(choose(mean8), ResultCoding::kCounts);
+  EXPECT_EQ(choose(mean_power2), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(even, SignAlgorithm::kRing), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean, SignAlgorithm::kHier), ResultCoding::kPlanes);
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
   Settings::reload();
-  EXPECT_FALSE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
+  EXPECT_EQ(choose(even), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean), ResultCoding::kPlanes);
   setenv("PRIDE_RESULT_CODING", "trits", 1);
   Settings::reload();
-  EXPECT_TRUE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
-  EXPECT_FALSE(select_trit_results(odd, SignAlgorithm::kDirect, n, 3));
+  EXPECT_EQ(choose(even), ResultCoding::kTrits);
+  EXPECT_EQ(choose(odd), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean), ResultCoding::kPlanes);
+  setenv("PRIDE_RESULT_CODING", "counts", 1);
+  Settings::reload();
+  EXPECT_EQ(choose(even), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean), ResultCoding::kCounts);
+  EXPECT_EQ(choose(mean_power2), ResultCoding::kPlanes);
+  setenv("PRIDE_RESULT_CODING", "packed", 1);
+  Settings::reload();
+  EXPECT_EQ(choose(even), ResultCoding::kTrits);
+  EXPECT_EQ(choose(mean), ResultCoding::kCounts);
+  EXPECT_EQ(choose(odd), ResultCoding::kPlanes);
   setenv("PRIDE_RESULT_CODING", "planes", 1);
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "0.2", 1);
   Settings::reload();
-  EXPECT_FALSE(select_trit_results(even, SignAlgorithm::kDirect, n, 4));
+  EXPECT_EQ(choose(even), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean), ResultCoding::kPlanes);
   setenv("PRIDE_RESULT_CODING", "bytes", 1);
   EXPECT_THROW(Settings::reload(), InvalidArgument);
   unsetenv("PRIDE_RESULT_CODING");
   unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
+  Settings::reload();
+}
+
+// Packed counts (PRIDE_RESULT_CODING=counts): a mean result's chunks travel in base N + 1 or 2N + 1.
+// The values are still the int32 oracle's for every N (the power-of-two bases 4 and 8 stay planes),
+// vote kind, segment count and odd size; votes, which take no counts, run as before.
+TEST(SignAllreduce, PackedCountResultsMatchInt32Oracle) {
+  setenv("PRIDE_RESULT_CODING", "counts", 1);
+  for (const char* segment_bytes : {"1048576", "512"}) {
+    setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
+    Settings::reload();
+    for (int N : {2, 3, 4, 5, 6, 8}) {
+      testing::run_ranks(N, [](Communicator& comm) {
+        uint64_t salt = 7500;
+        for (auto mode : {SignMode::kMean, SignMode::kVote}) {
+          for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+            for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 5 + 3), size_t(64 * 64 * 5 + 33)}) {
+              check_case(comm, {SignAlgorithm::kDirect, mode, kind, DType::kFloat32, n}, salt++);
+            }
+          }
+        }
+        check_case(comm, {SignAlgorithm::kDirect, SignMode::kMean, VoteKind::kTernary, DType::kBFloat16, 70001}, salt);
+      });
+    }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  Settings::reload();
+}
+
+// What packed counts save on the wire, measured: each rank's bytes against wire_bits_per_element with
+// the plan the call used (32/k result bits), and below the planes' where the base packs better.
+TEST(SignAllreduce, PackedCountResultsCostWhatTheFormulaSays) {
+  setenv("PRIDE_RESULT_CODING", "counts", 1);
+  Settings::reload();
+  const size_t n = size_t(1) << 20;
+  for (int N : {2, 3, 4, 5, 8}) {
+    for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
+      std::vector<uint64_t> sent(static_cast<size_t>(N));
+      testing::run_ranks(N, [&](Communicator& comm) {
+        std::vector<float> x(n, comm.rank() % 2 ? 1.0f : -1.0f);
+        comm.reset_traffic();
+        sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kMean, kind, SignAlgorithm::kDirect});
+        sent[size_t(comm.rank())] = comm.traffic().at("direct").bytes_sent;
+      });
+      SignPlan plan = SignPlan::make(N, SignMode::kMean, kind);
+      const double planes_formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
+      plan.result_coding = ResultCoding::kCounts;
+      const bool packs = plan.result_wire_bits() < plan.result_planes;
+      if (!packs) plan.result_coding = ResultCoding::kPlanes;
+      const double formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
+      for (int r = 0; r < N; ++r) {
+        const double measured = double(sent[size_t(r)]) * 8 / double(n);
+        EXPECT_NEAR(measured, formula, 0.01 * formula) << "N=" << N << " " << name(kind) << " rank " << r;
+        if (packs) {
+          // At least half of what the code saves on the all-gather (N = 3 ternary, B = 7: 2.91 bits for 3).
+          const double saved = (plan.result_planes - plan.result_wire_bits()) * (N - 1) / N;
+          EXPECT_LT(measured, planes_formula - 0.5 * saved) << "N=" << N << " " << name(kind) << " rank " << r;
+        }
+      }
+    }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
   Settings::reload();
 }
 
@@ -383,6 +468,14 @@ class DeferredPlaneOps final : public PlaneOps {
   void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override {
     queue_.push_back([=] { bits::decode_trits(in, nwords, planes, planes + stride); });
   }
+  void encode_counts(const bits::counts::CountCode& code, const uint64_t* planes, size_t stride, size_t nwords,
+                     uint32_t* out) override {
+    queue_.push_back([=] { bits::encode_counts(code, planes, stride, nwords, out); });
+  }
+  void decode_counts(const bits::counts::CountCode& code, const uint32_t* in, size_t nwords, uint64_t* planes,
+                     size_t stride) override {
+    queue_.push_back([=] { bits::decode_counts(code, in, nwords, planes, stride); });
+  }
   void settle() override {
     deferred_ += queue_.size();
     for (auto& work : queue_) work();
@@ -402,7 +495,7 @@ class DeferredPlaneOps final : public PlaneOps {
 };
 
 TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
-  for (const char* coding : {"planes", "trits"}) {  // the result chunks as planes, and as trits
+  for (const char* coding : {"planes", "packed"}) {  // the result chunks as planes, and coded (trits, counts)
   for (const char* segment_bytes : {"1048576", "512"}) {  // one segment, and the pipelined many
     setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
     setenv("PRIDE_RESULT_CODING", coding, 1);
@@ -429,10 +522,10 @@ TEST(SignAllreduce, DirectOverDeferredPlaneOpsMatchesInt32Oracle) {
               if (n > 0) {
                 EXPECT_GT(ops.deferred(), 0u) << "nothing went through the PlaneOps";
               }
-              // Result planes arrive in place; trits are decoded into them, which is left to the reader
-              // (one segment, or the pipeline's many).
-              if (results_follow && n > 0 && r.plan.trit_results && N > 1) {
-                EXPECT_GT(ops.pending(), 0u) << "the last segment's trit decodes are left to the reader";
+              // Result planes arrive in place; coded results are decoded into them, which is left to the
+              // reader (one segment, or the pipeline's many).
+              if (results_follow && n > 0 && r.plan.result_coding != ResultCoding::kPlanes && N > 1) {
+                EXPECT_GT(ops.pending(), 0u) << "the last segment's decodes are left to the reader";
               }
               ops.settle();  // the reader's wait (an event on the stream, on a GPU)
               std::vector<uint8_t> y(x.size());

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/bits/compressed_adam.h"
 #include "collectives/bits/onebit.h"
+#include "collectives/bits/packed_counts.h"
 #include "collectives/bits/trits.h"
 #include "tests/kernels/oracle.h"
 
@@ -265,6 +267,35 @@ TEST(CudaTrits, EncodeAndDecodeMatchTheCpu) {
     finish(cuda::decode_trits(static_cast<const uint8_t*>(dbytes.get()), nwords, dpos2.words(), dtie2.words(), nullptr));
     EXPECT_EQ(dpos2.read<uint64_t>(nwords), pos) << "decode pos, nwords " << nwords;
     EXPECT_EQ(dtie2.read<uint64_t>(nwords), tie) << "decode tie, nwords " << nwords;
+  }
+}
+
+TEST(CudaPackedCounts, EncodeAndDecodeMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (uint32_t base : {3u, 5u, 9u, 17u, 33u, 1025u}) {
+    const counts::CountCode code = counts::make_code(base);
+    for (size_t nwords : {size_t(1), size_t(3), size_t(13), size_t(1093)}) {
+      const size_t stride = nwords + 2, R = size_t(code.planes);
+      std::vector<uint64_t> planes(R * stride, 0);
+      std::mt19937_64 rng(base * 31 + nwords);
+      for (size_t e = 0; e < nwords * 64; ++e) {  // every element a count below the base
+        const uint64_t count = rng() % base;
+        for (size_t p = 0; p < R; ++p) planes[p * stride + e / 64] |= ((count >> p) & 1u) << (e % 64);
+      }
+      const size_t nlimbs = counts::limbs_for_words(code, nwords);
+      std::vector<uint32_t> want(nlimbs);
+      encode_counts(code, planes.data(), stride, nwords, want.data());
+      DeviceBuffer dplanes(planes), dlimbs(nullptr, nlimbs * 4);
+      finish(cuda::encode_counts(code, dplanes.words(), stride, nwords, static_cast<uint32_t*>(dlimbs.get()), nullptr));
+      EXPECT_EQ(dlimbs.read<uint32_t>(nlimbs), want) << "encode, base " << base << " nwords " << nwords;
+      std::vector<uint64_t> poison(R * stride, 0x5A5A5A5A5A5A5A5Aull);
+      for (size_t i = 0; i < poison.size(); ++i) {
+        if (i % stride >= nwords) poison[i] = planes[i];
+      }
+      DeviceBuffer dout(poison);  // the gaps between the planes must keep their words
+      finish(cuda::decode_counts(code, static_cast<const uint32_t*>(dlimbs.get()), nwords, dout.words(), stride, nullptr));
+      EXPECT_EQ(dout.read<uint64_t>(R * stride), planes) << "decode, base " << base << " nwords " << nwords;
+    }
   }
 }
 

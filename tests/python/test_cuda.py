@@ -92,13 +92,14 @@ def test_sign_allreduce_on_cuda_direct_both_data_paths_4ranks(path):
 
 @pytest.mark.parametrize("variant,env", [
     ("segments", {"PRIDE_SEGMENT_BYTES": "4096"}),
-    ("trits", {"PRIDE_RESULT_CODING": "trits"}),
+    ("packed", {"PRIDE_RESULT_CODING": "packed"}),
 ])
-def test_sign_allreduce_on_cuda_device_path_pipelined_and_trits_4ranks(variant, env):
+def test_sign_allreduce_on_cuda_device_path_pipelined_and_packed_4ranks(variant, env):
     """What the sweep above leaves out at its sizes: the direct algorithm's pipeline over several
     segments with two buffer sets in device memory (4 KiB segments: about ten at 300,001 elements), and
-    result chunks sent as trits encoded and decoded on the GPU (the cost model never picks them on one
-    host). Both settings are in the call's fingerprint, so every rank gets them."""
+    result chunks sent coded, encoded and decoded on the GPU: votes as trits, means as counts packed in
+    base 5 (binary) or 9 (ternary); the cost model never picks them on one host. Both settings are in
+    the call's fingerprint, so every rank gets them."""
     run(_sign_sweep, 4, "direct", "device", env={"PRIDE_ALGO": "direct", "PRIDE_CUDA_PATH": "device", **env},
         deadline_s=300)
 
@@ -111,8 +112,8 @@ def _mixed_paths(rank, world_size, store_path):
     _sign_sweep(rank, world_size, store_path, "direct", os.environ["PRIDE_CUDA_PATH"])
 
 
-@pytest.mark.parametrize("env", [{}, {"PRIDE_SEGMENT_BYTES": "4096", "PRIDE_RESULT_CODING": "trits"}],
-                         ids=["one-segment", "segments-and-trits"])
+@pytest.mark.parametrize("env", [{}, {"PRIDE_SEGMENT_BYTES": "4096", "PRIDE_RESULT_CODING": "packed"}],
+                         ids=["one-segment", "segments-and-packed"])
 def test_sign_allreduce_on_cuda_ranks_on_different_data_paths_4ranks(env):
     run(_mixed_paths, 4, env={"PRIDE_ALGO": "direct", **env}, deadline_s=300)
 

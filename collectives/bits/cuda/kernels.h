@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "collectives/bits/compressed_adam.h"
+#include "collectives/bits/count_coding.h"
 #include "collectives/bits/kernels.h"
 
 namespace pride::bits::cuda {
@@ -51,6 +52,13 @@ cudaError_t unpack_mean(const uint64_t* count, int planes, size_t n, int scale, 
 // ---- Vote results as trits, five to a byte (trit_coding.h; as bits/trits.h) ------------------------
 cudaError_t encode_trits(const uint64_t* pos, const uint64_t* tie, size_t nwords, uint8_t* out, cudaStream_t stream);
 cudaError_t decode_trits(const uint8_t* in, size_t nwords, uint64_t* pos, uint64_t* tie, cudaStream_t stream);
+
+// ---- Mean results as counts packed in base B (count_coding.h; as bits/packed_counts.h) ------------
+// code.planes planes, `stride` words apart, nwords words each.
+cudaError_t encode_counts(const counts::CountCode& code, const uint64_t* planes, size_t stride, size_t nwords,
+                          uint32_t* out, cudaStream_t stream);
+cudaError_t decode_counts(const counts::CountCode& code, const uint32_t* in, size_t nwords, uint64_t* planes,
+                          size_t stride, cudaStream_t stream);
 
 // ---- Fused apply of the update (Distributed Lion), as kernels.h ----------------------------------
 cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr,

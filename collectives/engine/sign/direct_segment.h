@@ -26,8 +26,9 @@ const uint64_t* stage_direct_shards(PlaneOps& ops, const uint64_t* votes, size_t
 uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64_t* inbox, int counters, size_t W,
                              int n, int rank, uint32_t instance);
 
-// Where owner j's result chunk starts in the direct algorithm's trit buffer (chunk-major bytes).
-size_t direct_trit_offset(size_t W, int n, int j);
+// Where owner j's result chunk starts in the direct algorithm's buffer of coded results (trits or
+// packed counts, plan.result_coding; chunk-major bytes).
+size_t direct_coded_offset(const SignPlan& plan, size_t W, int n, int j);
 
 class DirectSegment {
  public:
@@ -40,7 +41,7 @@ class DirectSegment {
   // result chunk to everyone (posted; returns at once).
   void vote_and_post_results();
   // Stage 3: waits for every owner's result chunk (received into the segment's result planes, or
-  // decoded there from trits).
+  // decoded there from trits or packed counts).
   void finish();
 
  private:
@@ -51,7 +52,7 @@ class DirectSegment {
   uint32_t instance_;
   const uint64_t* shards_ = nullptr;  // this rank's votes, chunk-major (chunk j: `counters` planes)
   uint64_t* inbox_ = nullptr;    // peers' votes on my chunk
-  uint8_t* trits_ = nullptr;     // result chunks as trits (plan.trit_results), chunk-major bytes
+  uint8_t* coded_ = nullptr;     // result chunks coded (plan.result_coding), chunk-major bytes
   std::vector<RequestPtr> requests_;
 };
 

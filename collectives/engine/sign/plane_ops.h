@@ -16,6 +16,7 @@
 
 #include "backend/transport/transport.h"
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/packed_counts.h"
 #include "collectives/bits/trits.h"
 #include "collectives/engine/patterns/chunks.h"
 #include "collectives/engine/sign/plane_copy.h"
@@ -45,6 +46,12 @@ class PlaneOps {
   // planes, `stride` words apart, nwords words each) as trits five to a byte, and back.
   virtual void encode_trits(const uint64_t* planes, size_t stride, size_t nwords, uint8_t* out) = 0;
   virtual void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) = 0;
+  // As bits::encode_counts / decode_counts (count_coding.h): a mean result's code.planes planes
+  // (`stride` words apart, nwords words each) as counts packed in base code.base, and back.
+  virtual void encode_counts(const bits::counts::CountCode& code, const uint64_t* planes, size_t stride,
+                             size_t nwords, uint32_t* out) = 0;
+  virtual void decode_counts(const bits::counts::CountCode& code, const uint32_t* in, size_t nwords,
+                             uint64_t* planes, size_t stride) = 0;
   // Returns when the work queued so far is done.
   virtual void settle() = 0;
   // The algorithm's last call: the result planes are written once the work queued so far is done.
@@ -80,6 +87,14 @@ class HostPlaneOps final : public PlaneOps {
   }
   void decode_trits(const uint8_t* in, size_t nwords, uint64_t* planes, size_t stride) override {
     bits::decode_trits(in, nwords, planes, planes + stride);
+  }
+  void encode_counts(const bits::counts::CountCode& code, const uint64_t* planes, size_t stride, size_t nwords,
+                     uint32_t* out) override {
+    bits::encode_counts(code, planes, stride, nwords, out);
+  }
+  void decode_counts(const bits::counts::CountCode& code, const uint32_t* in, size_t nwords, uint64_t* planes,
+                     size_t stride) override {
+    bits::decode_counts(code, in, nwords, planes, stride);
   }
   void settle() override {}
 

@@ -93,16 +93,35 @@ double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, 
   return std::numeric_limits<double>::infinity();
 }
 
-bool select_trit_results(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
-                         double ranks_per_core) {
+ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
+                                  double ranks_per_core) {
+  if (algorithm != SignAlgorithm::kDirect || plan.nranks == 1) return ResultCoding::kPlanes;
+  // The one coding this result can take, and its CPU cost.
+  SignPlan coded = plan;
+  double ns_per_element = 0;
+  if (plan.has_tie_plane()) {
+    coded.result_coding = ResultCoding::kTrits;
+    ns_per_element = kTritCodingNsPerElement;
+  } else if (plan.mode == SignMode::kMean) {
+    coded.result_coding = ResultCoding::kCounts;
+    ns_per_element = kCountCodingNsPerElement;
+  } else {
+    return ResultCoding::kPlanes;  // a binary vote of odd N: one plane, nothing to pack
+  }
+  const double saved_bits = plan.result_planes - coded.result_wire_bits();
+  if (saved_bits <= 0) return ResultCoding::kPlanes;  // a base that packs no better than its planes
   const std::string& setting = Settings::get().result_coding;
-  if (algorithm != SignAlgorithm::kDirect || !plan.has_tie_plane() || plan.nranks == 1) return false;
-  if (setting != "auto") return setting == "trits";
+  if (setting == "packed") return coded.result_coding;
+  if (setting == "trits" || setting == "counts") {
+    return setting == (coded.result_coding == ResultCoding::kTrits ? "trits" : "counts") ? coded.result_coding
+                                                                                          : ResultCoding::kPlanes;
+  }
+  if (setting != "auto") return ResultCoding::kPlanes;
   const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
   const double n = plan.nranks;
-  const double saved_us = double(numel) * (plan.result_planes - 8.0 / 5.0) / 8 * (n - 1) / n / link.bytes_per_us;
-  const double coding_us = double(numel) * kTritCodingNsPerElement * ranks_per_core / 1000;
-  return saved_us > coding_us;
+  const double saved_us = double(numel) * saved_bits / 8 * (n - 1) / n / link.bytes_per_us;
+  const double coding_us = double(numel) * ns_per_element * ranks_per_core / 1000;
+  return saved_us > coding_us ? coded.result_coding : ResultCoding::kPlanes;
 }
 
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core) {

@@ -27,15 +27,20 @@ double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, 
                    int num_nodes = 1);
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core = 1.0);
 
-// Whether the direct algorithm's result chunks travel as trits (sign_plan.h): PRIDE_RESULT_CODING=
-// planes|trits forces it; auto weighs the wire they save, (result_planes − 1.6) bits per element of
-// the all-gather, against the CPU time of encoding this rank's chunk and decoding everyone's:
-// kTritCodingNsPerElement per element of the tensor (bench_kernels on the development host: encode
-// and decode ~3.4 G elements/s each), times ranks_per_core where ranks share cores. Only a vote with
-// a tie plane, on the direct algorithm, can take trits.
+// How the direct algorithm's result chunks travel (sign_plan.h). Only the direct algorithm codes its
+// results, and each result has one coding that can apply: trits for a vote with a tie plane, packed
+// counts for a mean (none for a binary vote of odd N), taken only where it is smaller than the planes
+// (packed counts are not, for a base that is a power of two: N = 3, 7, 15 …).
+// PRIDE_RESULT_CODING=planes never codes; trits / counts force that coding where it applies; packed
+// forces whichever applies; auto weighs the wire the coding saves, (result_planes − its bits) per
+// element of the all-gather, against the CPU time of encoding this rank's chunk and decoding
+// everyone's, per element of the tensor, times ranks_per_core where ranks share cores
+// (bench_kernels, docs/performance.md: trits encode and decode at ~3.4 G elements/s each on the
+// development host; counts at N = 4 encode at 5.3 and decode at 2.4, at N = 8 3.3 and 1.6).
 constexpr double kTritCodingNsPerElement = 0.3;
-bool select_trit_results(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
-                         double ranks_per_core = 1.0);
+constexpr double kCountCodingNsPerElement = 0.5;
+ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
+                                  double ranks_per_core = 1.0);
 
 // Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode),
 // averaged over ranks. The hierarchical algorithm's depend on the nodes: num_nodes nodes of N/num_nodes

@@ -257,13 +257,13 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   SignCall call;
   call.plan = SignPlan::make(comm.size(), options.mode, options.votes);
   call.algorithm = choose_sign_algorithm(comm, call.plan, numel, options);
-  call.plan.trit_results =
-      select_trit_results(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
+  call.plan.result_coding =
+      select_result_coding(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
   // A segment never exceeds the tensor: sizes beyond it mean the same call, and the fingerprint's
-  // segment field then stays below kFingerprintTritResults' bit for any tensor under 2^43 elements.
+  // segment field then stays below kFingerprintCountResults' bit for any tensor under 2^42 elements.
   if (call.algorithm == SignAlgorithm::kHier) {
     call.nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
     call.hier_rails = uniform_nodes(call.nodes);
@@ -277,7 +277,9 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   fp.numel = numel;
   fp.describe = &describe_call;
   fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(call.algorithm) << 16 |
-              uint64_t(call.segment_words) << 24 | (call.plan.trit_results ? kFingerprintTritResults : 0);
+              uint64_t(call.segment_words) << 24 |
+              (call.plan.result_coding == ResultCoding::kTrits ? kFingerprintTritResults : 0) |
+              (call.plan.result_coding == ResultCoding::kCounts ? kFingerprintCountResults : 0);
   return call;
 }
 

@@ -38,9 +38,9 @@ uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64
   return counts;
 }
 
-size_t direct_trit_offset(size_t W, int n, int j) {
+size_t direct_coded_offset(const SignPlan& plan, size_t W, int n, int j) {
   size_t offset = 0;
-  for (int i = 0; i < j; ++i) offset += bits::trits::bytes_for_words(chunk(W, n, i).size);
+  for (int i = 0; i < j; ++i) offset += plan.result_bytes(chunk(W, n, i).size);
   return offset;
 }
 
@@ -75,8 +75,8 @@ void DirectSegment::post_shards() {
 // The results go straight into the caller's result planes: the owner decides its chunk there, each
 // plane of a chunk travels as its own message (slot_base + 1 + p, R ≤ planes_for(2N): within
 // sign_slots_per_segment(N)) and lands where it belongs, so no chunk-major copy is
-// scattered into planes afterwards (4 MiB of copying per call at 2^24 elements and N = 4). Trits are
-// one message per chunk, decoded into the planes.
+// scattered into planes afterwards (4 MiB of copying per call at 2^24 elements and N = 4). A coded
+// result (trits, packed counts) is one message per chunk, decoded into the planes.
 void DirectSegment::vote_and_post_results() {
   const int n = c_.size(), r = c_.rank(), counters = plan_.counters, R = plan_.result_planes;
   const size_t W = seg_.nwords, stride = seg_.result_stride;
@@ -88,20 +88,25 @@ void DirectSegment::vote_and_post_results() {
   const int planes = bits::planes_for(n);
   const uint64_t* counts = count_direct_chunk(ops_, shards_, inbox_, counters, W, n, r, instance_);
   ops_.finalize(plan_, counts, planes, mine.size, seg_.result + mine.begin, stride);
-  if (plan_.trit_results) {
-    const size_t total = direct_trit_offset(W, n, n);
-    trits_ = reinterpret_cast<uint8_t*>(ops_.scratch(SignScratch::kDirectTrits, (total + 7) / 8, instance_));
-    ops_.encode_trits(seg_.result + mine.begin, stride, mine.size, trits_ + direct_trit_offset(W, n, r));
+  if (plan_.result_coding != ResultCoding::kPlanes) {
+    const size_t total = direct_coded_offset(plan_, W, n, n);
+    coded_ = reinterpret_cast<uint8_t*>(ops_.scratch(SignScratch::kDirectCoded, (total + 7) / 8, instance_));
+    uint8_t* out = coded_ + direct_coded_offset(plan_, W, n, r);
+    if (plan_.result_coding == ResultCoding::kTrits) {
+      ops_.encode_trits(seg_.result + mine.begin, stride, mine.size, out);
+    } else {  // 4-byte limbs: every chunk's offset is a multiple of 4 bytes
+      ops_.encode_counts(plan_.count_code(), seg_.result + mine.begin, stride, mine.size, reinterpret_cast<uint32_t*>(out));
+    }
   }
   ops_.settle();  // my result chunk is decided (and encoded): it may go on the wire
   const MemoryType memory = ops_.memory();
-  // Owner j's result chunk on the wire: its trits as one message, or each of its R planes as one,
-  // from and into their place in the result planes.
+  // Owner j's result chunk on the wire: its coded bytes as one message, or each of its R planes as
+  // one, from and into their place in the result planes.
   auto for_each_message = [&](int j, auto&& post) {
     const Range ch = chunk(W, n, j);
     const uint32_t slot = seg_.slot_base + 1;
-    if (trits_ != nullptr) {
-      post(slot, trits_ + direct_trit_offset(W, n, j), bits::trits::bytes_for_words(ch.size));
+    if (coded_ != nullptr) {
+      post(slot, coded_ + direct_coded_offset(plan_, W, n, j), plan_.result_bytes(ch.size));
       return;
     }
     for (int p = 0; p < R; ++p) post(slot + uint32_t(p), seg_.result + size_t(p) * stride + ch.begin, ch.size * 8);
@@ -124,11 +129,15 @@ void DirectSegment::finish() {
   const int n = c_.size();
   c_.wait_all(requests_);
   requests_.clear();
-  for (int j = 0; j < n && trits_ != nullptr; ++j) {  // the other owners' chunks back into planes
+  for (int j = 0; j < n && coded_ != nullptr; ++j) {  // the other owners' chunks back into planes
     const Range ch = chunk(seg_.nwords, n, j);
-    if (j != c_.rank()) {
-      ops_.decode_trits(trits_ + direct_trit_offset(seg_.nwords, n, j), ch.size, seg_.result + ch.begin,
-                        seg_.result_stride);
+    if (j == c_.rank()) continue;
+    const uint8_t* in = coded_ + direct_coded_offset(plan_, seg_.nwords, n, j);
+    if (plan_.result_coding == ResultCoding::kTrits) {
+      ops_.decode_trits(in, ch.size, seg_.result + ch.begin, seg_.result_stride);
+    } else {
+      ops_.decode_counts(plan_.count_code(), reinterpret_cast<const uint32_t*>(in), ch.size, seg_.result + ch.begin,
+                         seg_.result_stride);
     }
   }
 }

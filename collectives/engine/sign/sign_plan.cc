@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/trit_coding.h"
 
 namespace pride {
 
@@ -24,6 +25,28 @@ SignPlan SignPlan::make(int nranks, SignMode mode, VoteKind kind) {
     p.mean_offset = nranks;
   }
   return p;
+}
+
+bits::counts::CountCode SignPlan::count_code() const {
+  return bits::counts::make_code(uint32_t(kind == VoteKind::kBinary ? nranks + 1 : 2 * int64_t(nranks) + 1));
+}
+
+double SignPlan::result_wire_bits() const {
+  switch (result_coding) {
+    case ResultCoding::kTrits: return 8.0 / double(bits::trits::kPerByte);
+    case ResultCoding::kCounts: return bits::counts::bits_per_element(count_code());
+    case ResultCoding::kPlanes: break;
+  }
+  return double(result_planes);
+}
+
+size_t SignPlan::result_bytes(size_t nwords) const {
+  switch (result_coding) {
+    case ResultCoding::kTrits: return bits::trits::bytes_for_words(nwords);
+    case ResultCoding::kCounts: return bits::counts::bytes_for_words(count_code(), nwords);
+    case ResultCoding::kPlanes: break;
+  }
+  return size_t(result_planes) * 8 * nwords;
 }
 
 void SignPlan::finalize(const uint64_t* counts, int planes, size_t nwords, uint64_t* result,

@@ -9,16 +9,23 @@
 //   vote, otherwise          2  (+1 plane, tie plane)
 //   mean, binary             planes_for(N)   count c of +1 votes: s = 2c − N
 //   mean, ternary            planes_for(2N)  u = pos − neg + N:   s = u − N
-// A vote result with a tie plane may instead travel as trits, five elements to a byte (1.6 bits, not
-// 2: bits/trit_coding.h), where the direct algorithm all-gathers it (`trit_results`).
+// Where the direct algorithm all-gathers the result, it may travel packed (`result_coding`): a vote
+// result with a tie plane as trits, five elements to a byte (1.6 bits, not 2: bits/trit_coding.h); a
+// mean result's counts in base B = N + 1 (binary) or 2N + 1 (ternary), k to a 32-bit limb (32/k
+// bits, not planes_for(B − 1): bits/count_coding.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/bits/count_coding.h"
 #include "collectives/engine/sign/sign_types.h"
 
 namespace pride {
+
+// How the direct algorithm's result chunks travel: as the result planes, as trits (a vote that can
+// tie), or as packed counts (mean mode).
+enum class ResultCoding : uint8_t { kPlanes = 0, kTrits = 1, kCounts = 2 };
 
 struct SignPlan {
   int nranks = 1;
@@ -28,12 +35,17 @@ struct SignPlan {
   int result_planes = 1;
   int mean_scale = 2;     // mean: s = mean_scale * u − mean_offset
   int64_t mean_offset = 0;
-  bool trit_results = false;  // the direct algorithm's result chunks travel as trits (has_tie_plane() only)
+  ResultCoding result_coding = ResultCoding::kPlanes;  // trits: has_tie_plane() only; counts: mean only
 
   static SignPlan make(int nranks, SignMode mode, VoteKind kind);
   bool has_tie_plane() const { return mode == SignMode::kVote && result_planes == 2; }
-  // Bits per element the result costs where it is all-gathered: result_planes, or 1.6 as trits.
-  double result_wire_bits() const { return trit_results ? 8.0 / 5.0 : double(result_planes); }
+  // Mean mode's count code: base N + 1 (binary) or 2N + 1 (ternary), result_planes planes.
+  bits::counts::CountCode count_code() const;
+  // Bits per element the result costs where it is all-gathered: result_planes, 1.6 as trits, 32/k as
+  // packed counts.
+  double result_wire_bits() const;
+  // Bytes of a coded result range of nwords plane words (trits or packed counts; planes: R·8·nwords).
+  size_t result_bytes(size_t nwords) const;
 
   // counts: `counters` counters of `planes` planes over `nwords` words, counter-major, holding all
   // N ranks' votes. result: result_planes planes, plane p at result + p * result_stride.

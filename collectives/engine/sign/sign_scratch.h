@@ -14,7 +14,7 @@ enum class SignScratch : uint32_t {
   kRingPartial, kRingIncoming, kRingResults,                     // per segment
   kTreeAcc, kTreeFromChild0, kTreeFromChild1, kTreeResult,
   kAllgatherAll, kAllgatherCounts,
-  kDirectShards, kDirectInbox, kDirectResults, kDirectCounts, kDirectTrits,
+  kDirectShards, kDirectInbox, kDirectResults, kDirectCounts, kDirectCoded,
   kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults, kHierSum,
 };
 
