@@ -248,6 +248,8 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(mean_power2), ResultCoding::kPlanes);
   EXPECT_EQ(choose(even, SignAlgorithm::kRing), ResultCoding::kPlanes);
   EXPECT_EQ(choose(mean, SignAlgorithm::kHier), ResultCoding::kPlanes);
+  // The algorithm is chosen at the coded cost: as planes, direct's 3 bits would tie with the all-gather's.
+  EXPECT_EQ(select_sign_algorithm(mean, n, 4), SignAlgorithm::kDirect);
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
   Settings::reload();
   EXPECT_EQ(choose(even), ResultCoding::kPlanes);

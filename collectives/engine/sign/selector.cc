@@ -133,7 +133,11 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
   double best_us = std::numeric_limits<double>::infinity();
   for (auto a : {SignAlgorithm::kDirect, SignAlgorithm::kRing, SignAlgorithm::kTree, SignAlgorithm::kAllgather,
                  SignAlgorithm::kHier}) {
-    double t = estimate_us(a, plan, numel, link, num_nodes);
+    // The direct algorithm at the wire cost of the coding it would take (a mean of N = 4 sends 2.6 bits
+    // per element as packed counts, 3 as planes: the all-gather's 3 would tie with it otherwise).
+    SignPlan coded = plan;
+    coded.result_coding = select_result_coding(plan, a, numel, num_nodes, ranks_per_core);
+    const double t = estimate_us(a, coded, numel, link, num_nodes);
     if (t < best_us) {
       best = a;
       best_us = t;

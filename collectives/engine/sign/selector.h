@@ -36,9 +36,12 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
 // element of the all-gather, against the CPU time of encoding this rank's chunk and decoding
 // everyone's, per element of the tensor, times ranks_per_core where ranks share cores
 // (bench_kernels, docs/performance.md: trits encode and decode at ~3.4 G elements/s each on the
-// development host; counts at N = 4 encode at 5.3 and decode at 2.4, at N = 8 3.3 and 1.6).
+// development host; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns per
+// element of an N = 4 tensor (a quarter encoded, three quarters decoded); base 9 at 3.3 and 1.6, 0.53
+// ns). The model charges the coding in full, as if the pipeline hid none of it: a floor, since at
+// 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
 constexpr double kTritCodingNsPerElement = 0.3;
-constexpr double kCountCodingNsPerElement = 0.5;
+constexpr double kCountCodingNsPerElement = 0.4;
 ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
                                   double ranks_per_core = 1.0);
 
