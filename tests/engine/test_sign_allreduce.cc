@@ -226,7 +226,8 @@ TEST(SignAllreduce, TritResultsCostWhatTheFormulaSays) {
 
 // When a coding is chosen: forced by the setting, or by the cost model where the wire it saves takes
 // longer than coding; only the coding that applies (trits for a tie plane, counts for a mean), never
-// where it packs no better than the planes, never on another algorithm. A bad setting is refused.
+// where it packs no better than the planes, only on the algorithms that all-gather result chunks
+// (direct; hier between nodes). A bad setting is refused.
 TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   const SignPlan even = SignPlan::make(4, SignMode::kVote, VoteKind::kBinary);
   const SignPlan odd = SignPlan::make(3, SignMode::kVote, VoteKind::kBinary);
@@ -235,8 +236,8 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   const SignPlan mean8 = SignPlan::make(8, SignMode::kMean, VoteKind::kTernary);          // B = 17: 4.57, not 5
   const SignPlan mean_power2 = SignPlan::make(3, SignMode::kMean, VoteKind::kBinary);     // B = 4: 2 bits either way
   const size_t n = size_t(1) << 24;
-  const auto choose = [n](const SignPlan& plan, SignAlgorithm algorithm = SignAlgorithm::kDirect) {
-    return select_result_coding(plan, algorithm, n, plan.nranks);
+  const auto choose = [n](const SignPlan& plan, SignAlgorithm algorithm = SignAlgorithm::kDirect, int nodes = 0) {
+    return select_result_coding(plan, algorithm, n, nodes > 0 ? nodes : plan.nranks);
   };
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "0.2", 1);  // slow links: the saved wire wins
   Settings::reload();
@@ -247,7 +248,9 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(mean8), ResultCoding::kCounts);
   EXPECT_EQ(choose(mean_power2), ResultCoding::kPlanes);
   EXPECT_EQ(choose(even, SignAlgorithm::kRing), ResultCoding::kPlanes);
-  EXPECT_EQ(choose(mean, SignAlgorithm::kHier), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean, SignAlgorithm::kTree), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean, SignAlgorithm::kHier, 2), ResultCoding::kCounts);  // hier's results between nodes
+  EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
   // The algorithm is chosen at the coded cost: as planes, direct's 3 bits would tie with the all-gather's.
   EXPECT_EQ(select_sign_algorithm(mean, n, 4), SignAlgorithm::kDirect);
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
@@ -351,10 +354,14 @@ TEST(SignAllreduce, PackedCountResultsCostWhatTheFormulaSays) {
 TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
   // Rails: 2 × 2, 3 × 2, 2 × 3, nodes whose ranks interleave, one node. Leader: uneven nodes, one
   // rank per node.
+  // Between nodes the result chunks travel as planes, and coded (trits for votes that can tie, packed
+  // counts for means), decoded on the rails and by the leaders.
   const std::vector<std::vector<int>> layouts{{0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 0, 0, 1, 1, 1}, {0, 1, 0, 1},
                                               {0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 1, 2}, {0, 1, 2}};
+  for (const char* coding : {"planes", "packed"}) {
   for (const char* segment_bytes : {"1048576", "512"}) {
     setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
+    setenv("PRIDE_RESULT_CODING", coding, 1);
     Settings::reload();
     for (const auto& node_of : layouts) {
       testing::RankOptions options;
@@ -374,6 +381,8 @@ TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
       }, options);
     }
   }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
   unsetenv("PRIDE_SEGMENT_BYTES");
   Settings::reload();
 }
@@ -384,7 +393,11 @@ TEST(SignAllreduce, HierarchicalOverSimulatedNodesMatchesInt32Oracle) {
 // wire_bits_per_element. Leader scheme (uneven nodes): a non-leader sends only its votes.
 TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
   const size_t n = size_t(1) << 20;
+  for (const char* coding : {"planes", "packed"}) {  // packed: coded results between nodes
+  setenv("PRIDE_RESULT_CODING", coding, 1);
+  Settings::reload();
   for (auto [nodes, local] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}}) {
+    for (auto mode : {SignMode::kVote, SignMode::kMean}) {
     for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
       const int N = nodes * local;
       std::vector<uint64_t> sent(static_cast<size_t>(N));
@@ -393,20 +406,36 @@ TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
       testing::run_ranks(N, [&](Communicator& comm) {
         std::vector<float> x(n, comm.rank() % 3 ? 1.0f : -1.0f);
         comm.reset_traffic();
-        sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kVote, kind, SignAlgorithm::kHier});
+        sign_allreduce(comm, x.data(), DType::kFloat32, n, {mode, kind, SignAlgorithm::kHier});
         sent[size_t(comm.rank())] = comm.traffic().at("hier").bytes_sent;
       }, options);
-      const SignPlan plan = SignPlan::make(N, SignMode::kVote, kind);
-      const double L = local;
-      const double per_rank = plan.counters * (L - 1) / L + hier_inter_node_bits(plan, nodes, local) / L +
+      SignPlan plan = SignPlan::make(N, mode, kind);
+      // The coding hier takes when forced: trits for a tie plane, counts for a mean whose base packs.
+      if (std::string(coding) == "packed") {
+        plan.result_coding = plan.has_tie_plane() ? ResultCoding::kTrits
+                             : mode == SignMode::kMean ? ResultCoding::kCounts : ResultCoding::kPlanes;
+        if (plan.result_wire_bits() >= plan.result_planes) plan.result_coding = ResultCoding::kPlanes;
+      }
+      const double L = local, M = nodes;
+      // Every rank: its votes to the node's other ranks, its share of the node's count shards and coded
+      // (or plane) result pieces between nodes, and its part of the result, as planes, inside the node.
+      const double per_rank = plan.counters * (L - 1) / L +
+                              (plan.counters * bits::planes_for(local) + plan.result_wire_bits()) * (M - 1) / M / L +
                               plan.result_planes * (L - 1) / L;
+      EXPECT_NEAR(per_rank, hier_inter_node_bits(plan, nodes, local) / L + (plan.counters + plan.result_planes) * (L - 1) / L,
+                  1e-9);
       EXPECT_NEAR(per_rank, wire_bits_per_element(SignAlgorithm::kHier, plan, nodes), 1e-9);
       for (int r = 0; r < N; ++r) {
         EXPECT_NEAR(double(sent[size_t(r)]) * 8 / double(n), per_rank, 0.01)
-            << "rank " << r << " of " << nodes << " x " << local << " " << name(kind);
+            << "rank " << r << " of " << nodes << " x " << local << " " << name(mode) << " " << name(kind) << " "
+            << coding;
       }
     }
+    }
   }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
+  Settings::reload();
   // Leader scheme, nodes of 2 and 1 ranks: rank 1 sends its votes to its leader, nothing else.
   std::vector<uint64_t> sent(3);
   testing::RankOptions options;

@@ -26,10 +26,6 @@ const uint64_t* stage_direct_shards(PlaneOps& ops, const uint64_t* votes, size_t
 uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64_t* inbox, int counters, size_t W,
                              int n, int rank, uint32_t instance);
 
-// Where owner j's result chunk starts in the direct algorithm's buffer of coded results (trits or
-// packed counts, plan.result_coding; chunk-major bytes).
-size_t direct_coded_offset(const SignPlan& plan, size_t W, int n, int j);
-
 class DirectSegment {
  public:
   // `instance` (0 or 1) picks the workspace buffers: two segments in flight together need different ones.

@@ -4,6 +4,7 @@
 
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/coded_results.h"
 #include "collectives/engine/sign/plane_copy.h"
 #include "collectives/engine/sign/sign_scratch.h"
 
@@ -124,10 +125,29 @@ void HierRailsSegment::decide_and_post_results() {
   }
   // The result goes straight into the segment's result planes: my piece is decided there, and each
   // plane of a piece or part travels as its own message into its place, so nothing is scattered into
-  // planes at the end.
+  // planes at the end. Between nodes, a coded result (trits, packed counts) is one message per piece
+  // instead, decoded into its place in share_part().
   const size_t stride = seg_.result_stride;
   uint64_t* my_part = seg_.result + part_.begin;
   plan_.finalize(total, full_planes, piece_.size, my_part + piece_.begin, stride);
+  if (plan_.result_coding != ResultCoding::kPlanes) {
+    const size_t total_bytes = coded_offset(plan_, part_.size, M_, M_);
+    coded_ = reinterpret_cast<uint8_t*>(sign_scratch(ws, SignScratch::kHierCoded, (total_bytes + 7) / 8, instance_));
+    HostPlaneOps host(ws);
+    encode_result(host, plan_, my_part + piece_.begin, stride, piece_.size,
+                  coded_ + coded_offset(plan_, part_.size, M_, me));
+    for (int d = 1; d < M_; ++d) {
+      const int from = (me - d + M_) % M_;
+      recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailResults,
+                               coded_ + coded_offset(plan_, part_.size, M_, from),
+                               plan_.result_bytes(chunk(part_.size, M_, from).size)));
+    }
+    for (int d = 1; d < M_; ++d) {
+      sends_.push_back(c_.send(rail_rank((me + d) % M_), seg_.slot_base + kRailResults,
+                               coded_ + coded_offset(plan_, part_.size, M_, me), plan_.result_bytes(piece_.size)));
+    }
+    return;
+  }
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
     const Range pf = chunk(part_.size, M_, from);
@@ -150,6 +170,15 @@ void HierRailsSegment::share_part() {
   const std::vector<int>& locals = nodes_.ranks[size_t(nodes_.my_node)];
   c_.wait_all(recvs_);
   recvs_.clear();
+  if (coded_ != nullptr) {  // the rail's result pieces, coded, into my part's planes
+    HostPlaneOps host(c_.workspace());
+    for (int j = 0; j < M_; ++j) {
+      if (j == nodes_.my_node) continue;
+      const Range pj = chunk(part_.size, M_, j);
+      decode_result(host, plan_, coded_ + coded_offset(plan_, part_.size, M_, j), pj.size,
+                    seg_.result + part_.begin + pj.begin, stride);
+    }
+  }
   for (int i = 0; i < L_; ++i) {
     if (i == l_) continue;
     const Range pi = chunk(seg_.nwords, L_, i);

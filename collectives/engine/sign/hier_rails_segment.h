@@ -36,7 +36,8 @@ class HierRailsSegment {
   // Stage 3: waits for the rail's counts on this rank's piece, adds them to the count of all N votes,
   // decides, and sends the result piece to the rail.
   void decide_and_post_results();
-  // Stage 4: waits for the rail's result pieces and sends the node's other ranks this rank's part.
+  // Stage 4: waits for the rail's result pieces (decoding them where they travel coded) and sends the
+  // node's other ranks this rank's part.
   void share_part();
   // Stage 5: waits for the node's other parts (received into the segment's result planes) and for
   // every send of the segment.
@@ -57,6 +58,7 @@ class HierRailsSegment {
   const uint64_t* own_votes_ = nullptr;  // my votes on my part (`counters` planes of the part)
   uint64_t* inbox_ = nullptr;    // the local peers' votes on my part, local-rank-major (my slot unused)
   uint64_t* staged_ = nullptr;   // the node's count on my part, piece-major (one message per rail peer)
+  uint8_t* coded_ = nullptr;     // the rail's result pieces coded (plan.result_coding), piece-major bytes
   // A stage waits for what it receives only. A send completes when the peer has taken the data, which
   // over shared memory's rendezvous means when the peer next runs; on a host whose ranks outnumber its
   // cores that can be a scheduler slice away. The sends are awaited in finish(), before this

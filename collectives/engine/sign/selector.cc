@@ -25,7 +25,7 @@ LinkModel LinkModel::for_group(int num_nodes, double ranks_per_core) {
 
 double hier_inter_node_bits(const SignPlan& plan, int num_nodes, int local_size) {
   const double M = std::max(1, num_nodes);
-  return (plan.counters * bits::planes_for(local_size) + plan.result_planes) * (M - 1) / M;
+  return (plan.counters * bits::planes_for(local_size) + plan.result_wire_bits()) * (M - 1) / M;
 }
 
 double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int num_nodes) {
@@ -38,7 +38,7 @@ double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int 
       // per node, every rank an equal share: this average is each rank's figure there.
       const int M = std::clamp(num_nodes, 1, plan.nranks);
       const int L = std::max(1, plan.nranks / M);
-      return ((n - M) * C + M * (hier_inter_node_bits(plan, M, L) + R * (L - 1))) / n;
+      return ((n - M) * C + M * (hier_inter_node_bits(plan, M, L) + R * (L - 1))) / n;  // R: planes inside nodes
     }
     case SignAlgorithm::kRing: {
       double reduce = 0;  // step k forwards a partial of k votes: planes_for(k) planes of 1/N of the tensor
@@ -95,7 +95,9 @@ double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, 
 
 ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
                                   double ranks_per_core) {
-  if (algorithm != SignAlgorithm::kDirect || plan.nranks == 1) return ResultCoding::kPlanes;
+  // The algorithms that all-gather result chunks: the direct one among all ranks, hier among nodes.
+  const bool direct = algorithm == SignAlgorithm::kDirect, hier = algorithm == SignAlgorithm::kHier;
+  if (!(direct || hier) || plan.nranks == 1) return ResultCoding::kPlanes;
   // The one coding this result can take, and its CPU cost.
   SignPlan coded = plan;
   double ns_per_element = 0;
@@ -118,8 +120,10 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
   }
   if (setting != "auto") return ResultCoding::kPlanes;
   const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
-  const double n = plan.nranks;
-  const double saved_us = double(numel) * saved_bits / 8 * (n - 1) / n / link.bytes_per_us;
+  // The share of the tensor that crosses a link coded: (N − 1)/N of it for direct, (M − 1)/M per node
+  // for hier.
+  const double parts = direct ? plan.nranks : std::clamp(num_nodes, 1, plan.nranks);
+  const double saved_us = double(numel) * saved_bits / 8 * (parts - 1) / parts / link.bytes_per_us;
   const double coding_us = double(numel) * ns_per_element * ranks_per_core / 1000;
   return saved_us > coding_us ? coded.result_coding : ResultCoding::kPlanes;
 }

@@ -27,13 +27,14 @@ double estimate_us(SignAlgorithm algorithm, const SignPlan& plan, size_t numel, 
                    int num_nodes = 1);
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core = 1.0);
 
-// How the direct algorithm's result chunks travel (sign_plan.h). Only the direct algorithm codes its
-// results, and each result has one coding that can apply: trits for a vote with a tie plane, packed
+// How result chunks travel where an algorithm all-gathers them (sign_plan.h): the direct algorithm
+// among all ranks, hier between nodes (inside a node they stay planes). Each result has one coding
+// that can apply: trits for a vote with a tie plane, packed
 // counts for a mean (none for a binary vote of odd N), taken only where it is smaller than the planes
 // (packed counts are not, for a base that is a power of two: N = 3, 7, 15 …).
 // PRIDE_RESULT_CODING=planes never codes; trits / counts force that coding where it applies; packed
 // forces whichever applies; auto weighs the wire the coding saves, (result_planes − its bits) per
-// element of the all-gather, against the CPU time of encoding this rank's chunk and decoding
+// element of the all-gather ((N − 1)/N of the tensor for direct, (M − 1)/M per node for hier), against the CPU time of encoding this rank's chunk and decoding
 // everyone's, per element of the tensor, times ranks_per_core where ranks share cores
 // (bench_kernels, docs/performance.md: trits encode and decode at ~3.4 G elements/s each on the
 // development host; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns per
@@ -50,7 +51,8 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
 // ranks each.
 double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int num_nodes = 1);
 // Bits per element that leave each node for the others in the hierarchical algorithm: its leader's
-// count shards and result chunks, (C·planes_for(L) + R)(M − 1)/M for M nodes of L ranks.
+// count shards and result chunks, (C·planes_for(L) + R)(M − 1)/M for M nodes of L ranks, R the result's
+// wire bits (plan.result_wire_bits(): fewer where the result chunks travel coded).
 double hier_inter_node_bits(const SignPlan& plan, int num_nodes, int local_size);
 
 }  // namespace pride

@@ -2,6 +2,7 @@
 
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/coded_results.h"
 #include "collectives/engine/sign/direct_segment.h"
 #include "collectives/engine/sign/plane_ops.h"
 
@@ -36,12 +37,6 @@ uint64_t* count_direct_chunk(PlaneOps& ops, const uint64_t* shards, const uint64
     ops.count(ballots.data(), n, mine.size, counts + size_t(k * planes) * mine.size, planes);
   }
   return counts;
-}
-
-size_t direct_coded_offset(const SignPlan& plan, size_t W, int n, int j) {
-  size_t offset = 0;
-  for (int i = 0; i < j; ++i) offset += plan.result_bytes(chunk(W, n, i).size);
-  return offset;
 }
 
 DirectSegment::DirectSegment(Collective& c, PlaneOps& ops, const SignPlan& plan, const SignSegment& seg,
@@ -89,14 +84,9 @@ void DirectSegment::vote_and_post_results() {
   const uint64_t* counts = count_direct_chunk(ops_, shards_, inbox_, counters, W, n, r, instance_);
   ops_.finalize(plan_, counts, planes, mine.size, seg_.result + mine.begin, stride);
   if (plan_.result_coding != ResultCoding::kPlanes) {
-    const size_t total = direct_coded_offset(plan_, W, n, n);
+    const size_t total = coded_offset(plan_, W, n, n);
     coded_ = reinterpret_cast<uint8_t*>(ops_.scratch(SignScratch::kDirectCoded, (total + 7) / 8, instance_));
-    uint8_t* out = coded_ + direct_coded_offset(plan_, W, n, r);
-    if (plan_.result_coding == ResultCoding::kTrits) {
-      ops_.encode_trits(seg_.result + mine.begin, stride, mine.size, out);
-    } else {  // 4-byte limbs: every chunk's offset is a multiple of 4 bytes
-      ops_.encode_counts(plan_.count_code(), seg_.result + mine.begin, stride, mine.size, reinterpret_cast<uint32_t*>(out));
-    }
+    encode_result(ops_, plan_, seg_.result + mine.begin, stride, mine.size, coded_ + coded_offset(plan_, W, n, r));
   }
   ops_.settle();  // my result chunk is decided (and encoded): it may go on the wire
   const MemoryType memory = ops_.memory();
@@ -106,7 +96,7 @@ void DirectSegment::vote_and_post_results() {
     const Range ch = chunk(W, n, j);
     const uint32_t slot = seg_.slot_base + 1;
     if (coded_ != nullptr) {
-      post(slot, coded_ + direct_coded_offset(plan_, W, n, j), plan_.result_bytes(ch.size));
+      post(slot, coded_ + coded_offset(plan_, W, n, j), plan_.result_bytes(ch.size));
       return;
     }
     for (int p = 0; p < R; ++p) post(slot + uint32_t(p), seg_.result + size_t(p) * stride + ch.begin, ch.size * 8);
@@ -132,13 +122,8 @@ void DirectSegment::finish() {
   for (int j = 0; j < n && coded_ != nullptr; ++j) {  // the other owners' chunks back into planes
     const Range ch = chunk(seg_.nwords, n, j);
     if (j == c_.rank()) continue;
-    const uint8_t* in = coded_ + direct_coded_offset(plan_, seg_.nwords, n, j);
-    if (plan_.result_coding == ResultCoding::kTrits) {
-      ops_.decode_trits(in, ch.size, seg_.result + ch.begin, seg_.result_stride);
-    } else {
-      ops_.decode_counts(plan_.count_code(), reinterpret_cast<const uint32_t*>(in), ch.size, seg_.result + ch.begin,
-                         seg_.result_stride);
-    }
+    decode_result(ops_, plan_, coded_ + coded_offset(plan_, seg_.nwords, n, j), ch.size, seg_.result + ch.begin,
+                  seg_.result_stride);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/patterns/chunks.h"
+#include "collectives/engine/sign/coded_results.h"
 #include "collectives/engine/sign/hier_rails_segment.h"
 #include "collectives/engine/sign/node_groups.h"
 #include "collectives/engine/sign/plane_copy.h"
@@ -127,18 +128,47 @@ void sign_hier(Collective& c, const SignPlan& plan, const SignSegment& seg) {
     }
   }
   plan.finalize(total, full_planes, mine.size, results + size_t(R) * mine.begin, mine.size);
+  // The leaders' all-gather of result chunks: as planes (chunk j's R planes at word R · begin_j, each
+  // ch.size words), or coded, one message per chunk, decoded into that place.
+  const bool coded = plan.result_coding != ResultCoding::kPlanes;
+  HostPlaneOps host(c.workspace());
+  uint8_t* coded_chunks = nullptr;
+  if (coded) {
+    coded_chunks = reinterpret_cast<uint8_t*>(
+        sign_scratch(c.workspace(), SignScratch::kHierCoded, (coded_offset(plan, W, M, M) + 7) / 8));
+    encode_result(host, plan, results + size_t(R) * mine.begin, mine.size, mine.size,
+                  coded_chunks + coded_offset(plan, W, M, my_index));
+  }
   for (int d = 1; d < M; ++d) {
     const int from = (my_index - d + M) % M;
     const Range ch = chunk(W, M, from);
-    requests.push_back(c.recv(nodes.leader(from), seg.slot_base + kLeaderResults, results + size_t(R) * ch.begin,
-                              size_t(R) * ch.size * 8));
+    if (coded) {
+      requests.push_back(c.recv(nodes.leader(from), seg.slot_base + kLeaderResults,
+                                coded_chunks + coded_offset(plan, W, M, from), plan.result_bytes(ch.size)));
+    } else {
+      requests.push_back(c.recv(nodes.leader(from), seg.slot_base + kLeaderResults, results + size_t(R) * ch.begin,
+                                size_t(R) * ch.size * 8));
+    }
   }
   for (int d = 1; d < M; ++d) {
-    requests.push_back(c.send(nodes.leader((my_index + d) % M), seg.slot_base + kLeaderResults,
-                              results + size_t(R) * mine.begin, size_t(R) * mine.size * 8));
+    const int to = nodes.leader((my_index + d) % M);
+    if (coded) {
+      requests.push_back(c.send(to, seg.slot_base + kLeaderResults, coded_chunks + coded_offset(plan, W, M, my_index),
+                                plan.result_bytes(mine.size)));
+    } else {
+      requests.push_back(c.send(to, seg.slot_base + kLeaderResults, results + size_t(R) * mine.begin,
+                                size_t(R) * mine.size * 8));
+    }
   }
   c.wait_all(requests);
   requests.clear();
+  for (int j = 0; j < M && coded; ++j) {
+    const Range ch = chunk(W, M, j);
+    if (j != my_index) {
+      decode_result(host, plan, coded_chunks + coded_offset(plan, W, M, j), ch.size, results + size_t(R) * ch.begin,
+                    ch.size);
+    }
+  }
 
   // Phase 3, inside the node: the result to the node's other ranks.
   for (int i = 1; i < L; ++i) {

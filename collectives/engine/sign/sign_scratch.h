@@ -15,7 +15,7 @@ enum class SignScratch : uint32_t {
   kTreeAcc, kTreeFromChild0, kTreeFromChild1, kTreeResult,
   kAllgatherAll, kAllgatherCounts,
   kDirectShards, kDirectInbox, kDirectResults, kDirectCounts, kDirectCoded,
-  kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults, kHierSum,
+  kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults, kHierSum, kHierCoded,
 };
 
 // `instance` tells apart segments that are in flight together (the direct pipeline has two, hier's three).
