@@ -253,6 +253,11 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
   // The algorithm is chosen at the coded cost: as planes, direct's 3 bits would tie with the all-gather's.
   EXPECT_EQ(select_sign_algorithm(mean, n, 4), SignAlgorithm::kDirect);
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "1", 1);  // hier's rails share the coding among a node's ranks
+  Settings::reload();
+  EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
+  EXPECT_EQ(choose(SignPlan::make(2, SignMode::kVote, VoteKind::kBinary), SignAlgorithm::kHier, 2),
+            ResultCoding::kPlanes);  // one rank per node: it codes all of it, and the saving does not pay
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
   Settings::reload();
   EXPECT_EQ(choose(even), ResultCoding::kPlanes);

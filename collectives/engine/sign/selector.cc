@@ -124,7 +124,11 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
   // for hier.
   const double parts = direct ? plan.nranks : std::clamp(num_nodes, 1, plan.nranks);
   const double saved_us = double(numel) * saved_bits / 8 * (parts - 1) / parts / link.bytes_per_us;
-  const double coding_us = double(numel) * ns_per_element * ranks_per_core / 1000;
+  // Each rank codes (encodes its chunk, decodes the others') the whole tensor in direct, its node's
+  // part of it on hier's rails, where a node's L ranks share the work (uneven nodes' leaders code more:
+  // the model undercharges them).
+  const double coded_share = hier ? parts / plan.nranks : 1.0;
+  const double coding_us = double(numel) * coded_share * ns_per_element * ranks_per_core / 1000;
   return saved_us > coding_us ? coded.result_coding : ResultCoding::kPlanes;
 }
 
