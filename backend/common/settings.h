@@ -20,7 +20,7 @@ struct Settings {
   bool shared_memory = true;               // PRIDE_SHARED_MEMORY=0: same-host peers over TCP loopback too
   int threads = 0;                         // PRIDE_THREADS: pack/unpack threads per rank (0: cores / ranks here)
   std::string cuda_path = "auto";          // PRIDE_CUDA_PATH: auto|device|host — how CUDA tensors' bits travel
-  std::string result_coding = "auto";      // PRIDE_RESULT_CODING: auto|planes|trits|counts|packed — the direct result on the wire
+  std::string result_coding = "auto";      // PRIDE_RESULT_CODING: auto|planes|trits|counts|packed — all-gathered results on the wire
   std::string cuda_transport = "auto";     // PRIDE_CUDA_TRANSPORT: auto|nccl|ucx — which transport CUDA tensors take
 
   static const Settings& get();

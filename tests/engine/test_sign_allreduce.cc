@@ -253,6 +253,10 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
   // The algorithm is chosen at the coded cost: as planes, direct's 3 bits would tie with the all-gather's.
   EXPECT_EQ(select_sign_algorithm(mean, n, 4), SignAlgorithm::kDirect);
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "1.4", 1);  // direct: a node's ranks share its link, so each saves more
+  Settings::reload();
+  EXPECT_EQ(choose(mean, SignAlgorithm::kDirect, 4), ResultCoding::kPlanes);
+  EXPECT_EQ(choose(mean, SignAlgorithm::kDirect, 2), ResultCoding::kCounts);
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "1", 1);  // hier's rails share the coding among a node's ranks
   Settings::reload();
   EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
@@ -438,6 +442,31 @@ TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
     }
     }
   }
+  }
+  unsetenv("PRIDE_RESULT_CODING");
+  Settings::reload();
+  // Leader scheme, coded: leader 0 of nodes {0, 1} and {2} sends its result chunk to the other leader
+  // coded instead of as planes, and everything else as before.
+  for (auto [mode, kind] : {std::pair{SignMode::kVote, VoteKind::kTernary}, std::pair{SignMode::kMean, VoteKind::kTernary}}) {
+    std::vector<uint64_t> leader_sent;
+    for (const char* coding : {"planes", "packed"}) {
+      setenv("PRIDE_RESULT_CODING", coding, 1);
+      Settings::reload();
+      testing::RankOptions options;
+      options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
+      testing::run_ranks(3, [&](Communicator& comm) {
+        std::vector<float> x(n, comm.rank() % 2 ? 1.0f : -1.0f);
+        comm.reset_traffic();
+        sign_allreduce(comm, x.data(), DType::kFloat32, n, {mode, kind, SignAlgorithm::kHier});
+        if (comm.rank() == 0) leader_sent.push_back(comm.traffic().at("hier").bytes_sent);
+      }, options);
+    }
+    SignPlan plan = SignPlan::make(3, mode, kind);
+    plan.result_coding = mode == SignMode::kVote ? ResultCoding::kTrits : ResultCoding::kCounts;  // B = 7: 2.91 bits
+    const size_t chunk_words = patterns::chunk(bits::words_for(n), 2, 0).size;
+    ASSERT_EQ(leader_sent.size(), 2u);
+    EXPECT_EQ(leader_sent[0] - leader_sent[1], size_t(plan.result_planes) * 8 * chunk_words - plan.result_bytes(chunk_words))
+        << name(mode) << " " << name(kind);
   }
   unsetenv("PRIDE_RESULT_CODING");
   Settings::reload();

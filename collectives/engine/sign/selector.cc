@@ -122,8 +122,12 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
   const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
   // The share of the tensor that crosses a link coded: (N − 1)/N of it for direct, (M − 1)/M per node
   // for hier.
-  const double parts = direct ? plan.nranks : std::clamp(num_nodes, 1, plan.nranks);
-  const double saved_us = double(numel) * saved_bits / 8 * (parts - 1) / parts / link.bytes_per_us;
+  const int nodes = std::clamp(num_nodes, 1, plan.nranks);
+  const double parts = direct ? plan.nranks : nodes;
+  // A flat algorithm's bytes cross a node's link once per rank of the node (as estimate_us counts them).
+  const double link_sharers = direct && nodes > 1 ? double(plan.nranks / nodes) : 1.0;
+  const double saved_us =
+      double(numel) * saved_bits / 8 * (parts - 1) / parts * link_sharers / link.bytes_per_us;
   // Each rank codes (encodes its chunk, decodes the others') the whole tensor in direct, its node's
   // part of it on hier's rails, where a node's L ranks share the work (uneven nodes' leaders code more:
   // the model undercharges them).

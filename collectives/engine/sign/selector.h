@@ -29,17 +29,18 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
 
 // How result chunks travel where an algorithm all-gathers them (sign_plan.h): the direct algorithm
 // among all ranks, hier between nodes (inside a node they stay planes). Each result has one coding
-// that can apply: trits for a vote with a tie plane, packed
-// counts for a mean (none for a binary vote of odd N), taken only where it is smaller than the planes
-// (packed counts are not, for a base that is a power of two: N = 3, 7, 15 …).
-// PRIDE_RESULT_CODING=planes never codes; trits / counts force that coding where it applies; packed
-// forces whichever applies; auto weighs the wire the coding saves, (result_planes − its bits) per
-// element of the all-gather ((N − 1)/N of the tensor for direct, (M − 1)/M per node for hier), against the CPU time of encoding this rank's chunk and decoding
-// everyone's, per element of the tensor, times ranks_per_core where ranks share cores
-// (bench_kernels, docs/performance.md: trits encode and decode at ~3.4 G elements/s each on the
-// development host; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns per
-// element of an N = 4 tensor (a quarter encoded, three quarters decoded); base 9 at 3.3 and 1.6, 0.53
-// ns). The model charges the coding in full, as if the pipeline hid none of it: a floor, since at
+// that can apply: trits for a vote with a tie plane, packed counts for a mean (none for a binary vote
+// of odd N), taken only where it is smaller than the planes (packed counts are not for a base that is
+// a power of two: N = 3, 7, 15 …). PRIDE_RESULT_CODING=planes never codes; trits / counts force that
+// coding where it applies; packed forces whichever applies. auto weighs the wire the coding saves,
+// (result_planes − its bits) per element of the all-gather ((N − 1)/N of the tensor for direct, once
+// per rank of a node whose ranks share its link; (M − 1)/M per node for hier), against the CPU time of
+// encoding this rank's chunk and decoding everyone's: per element of the tensor (M/N of it on hier's
+// rails, where a node's ranks share the coding), times ranks_per_core where ranks share cores.
+// The rates are bench_kernels' on the development host (docs/performance.md): trits encode and decode
+// at ~3.4 G elements/s each; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns
+// per element of an N = 4 tensor (a quarter encoded, three quarters decoded), base 9 at 3.3 and 1.6,
+// 0.53 ns. The model charges the coding in full, as if the pipeline hid none of it: a floor, since at
 // 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
 constexpr double kTritCodingNsPerElement = 0.3;
 constexpr double kCountCodingNsPerElement = 0.4;

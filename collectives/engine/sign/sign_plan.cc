@@ -13,6 +13,7 @@ SignPlan SignPlan::make(int nranks, SignMode mode, VoteKind kind) {
   p.mode = mode;
   p.kind = kind;
   p.counters = kind == VoteKind::kBinary ? 1 : 2;
+  p.counts = bits::counts::make_code(uint32_t(kind == VoteKind::kBinary ? nranks + 1 : 2 * int64_t(nranks) + 1));
   if (mode == SignMode::kVote) {
     p.result_planes = (kind == VoteKind::kBinary && nranks % 2 == 1) ? 1 : 2;
   } else if (kind == VoteKind::kBinary) {
@@ -25,10 +26,6 @@ SignPlan SignPlan::make(int nranks, SignMode mode, VoteKind kind) {
     p.mean_offset = nranks;
   }
   return p;
-}
-
-bits::counts::CountCode SignPlan::count_code() const {
-  return bits::counts::make_code(uint32_t(kind == VoteKind::kBinary ? nranks + 1 : 2 * int64_t(nranks) + 1));
 }
 
 double SignPlan::result_wire_bits() const {

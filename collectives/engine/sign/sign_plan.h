@@ -9,7 +9,8 @@
 //   vote, otherwise          2  (+1 plane, tie plane)
 //   mean, binary             planes_for(N)   count c of +1 votes: s = 2c − N
 //   mean, ternary            planes_for(2N)  u = pos − neg + N:   s = u − N
-// Where the direct algorithm all-gathers the result, it may travel packed (`result_coding`): a vote
+// Where an algorithm all-gathers result chunks (direct among all ranks, hier between nodes), they may
+// travel packed (`result_coding`): a vote
 // result with a tie plane as trits, five elements to a byte (1.6 bits, not 2: bits/trit_coding.h); a
 // mean result's counts in base B = N + 1 (binary) or 2N + 1 (ternary), k to a 32-bit limb (32/k
 // bits, not planes_for(B − 1): bits/count_coding.h).
@@ -23,8 +24,8 @@
 
 namespace pride {
 
-// How the direct algorithm's result chunks travel: as the result planes, as trits (a vote that can
-// tie), or as packed counts (mean mode).
+// How all-gathered result chunks travel: as the result planes, as trits (a vote that can tie), or as
+// packed counts (mean mode).
 enum class ResultCoding : uint8_t { kPlanes = 0, kTrits = 1, kCounts = 2 };
 
 struct SignPlan {
@@ -36,11 +37,12 @@ struct SignPlan {
   int mean_scale = 2;     // mean: s = mean_scale * u − mean_offset
   int64_t mean_offset = 0;
   ResultCoding result_coding = ResultCoding::kPlanes;  // trits: has_tie_plane() only; counts: mean only
+  bits::counts::CountCode counts;  // mean mode's count code (make() sets it): base N + 1 or 2N + 1
 
   static SignPlan make(int nranks, SignMode mode, VoteKind kind);
   bool has_tie_plane() const { return mode == SignMode::kVote && result_planes == 2; }
   // Mean mode's count code: base N + 1 (binary) or 2N + 1 (ternary), result_planes planes.
-  bits::counts::CountCode count_code() const;
+  const bits::counts::CountCode& count_code() const { return counts; }
   // Bits per element the result costs where it is all-gathered: result_planes, 1.6 as trits, 32/k as
   // packed counts.
   double result_wire_bits() const;
