@@ -83,6 +83,14 @@ def test_every_algorithm_through_pride_algo(algo):
     run(_sign_job, 3, env={"PRIDE_ALGO": algo}, deadline_s=300)
 
 
+@pytest.mark.parametrize("world", [3, 4])
+def test_coded_results_through_pride_result_coding(world):
+    """The direct algorithm's result chunks sent coded (PRIDE_RESULT_CODING=packed): votes that can tie
+    as trits, means as counts packed in base N + 1 (N = 4: base 5) or 2N + 1 (N = 3: base 7; N = 3
+    binary, base 4, stays planes). The same bits as the oracle, through torch.distributed."""
+    run(_sign_job, world, env={"PRIDE_ALGO": "direct", "PRIDE_RESULT_CODING": "packed"}, deadline_s=300)
+
+
 def _bad_input(rank, world, store_path):
     import pride
 
