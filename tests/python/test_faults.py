@@ -53,14 +53,26 @@ def test_silent_rank_times_out_naming_the_peer():
 
 
 def _mismatch(rank, world, store_path, what):
+    import os
+
+    if what == "coding":  # one rank sends its results packed, the others as planes
+        os.environ["PRIDE_RESULT_CODING"] = "packed" if rank == 1 else "planes"
+        os.environ["PRIDE_ALGO"] = "direct"
     import pride
 
     init_group(rank, world, store_path, timeout_s=20)
-    with pytest.raises(Exception, match="ranks disagree|different arguments"):
+    with pytest.raises(Exception, match="ranks disagree|different arguments") as err:
         if what == "numel":
             dist.all_reduce(torch.ones(100 + (rank == 1)))
+        elif what == "coding":
+            # N = 3 binary: base 4 packs no better, so every rank sends planes and the call agrees; ternary
+            # (base 7) is packed on rank 1 only, and the fingerprint check stops it before any byte moves.
+            pride.sign_allreduce(torch.ones(1 << 16), mode="mean")
+            pride.sign_allreduce(torch.ones(1 << 16), mode="mean", votes="ternary")
         else:
             pride.sign_allreduce(torch.ones(100), mode="mean" if rank == 1 else "vote")
+    if what == "coding":  # the message says why: one side's call carries its coding
+        assert "results as packed counts" in str(err.value) and "mean ternary" in str(err.value), str(err.value)
     # every rank raised; the group is still consistent and usable
     t = torch.ones(4)
     dist.all_reduce(t)
@@ -68,7 +80,7 @@ def _mismatch(rank, world, store_path, what):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("what", ["numel", "mode"])
+@pytest.mark.parametrize("what", ["numel", "mode", "coding"])
 def test_mismatched_calls_fail_on_every_rank(what):
     run(_mismatch, 3, what, deadline_s=60)
 
