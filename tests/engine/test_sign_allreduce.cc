@@ -165,17 +165,18 @@ TEST(SignAllreduce, ManySegmentsEveryAlgorithm) {
   Settings::reload();
 }
 
-// Trits (PRIDE_RESULT_CODING=trits): the direct algorithm's result chunks travel five elements to a
-// byte. The values are still the oracle's, for every N, vote kind, segment count and odd size; mean
-// mode and odd-N binary votes, which have no tie plane, run as before under the same setting.
-TEST(SignAllreduce, TritResultsMatchInt32Oracle) {
-  setenv("PRIDE_RESULT_CODING", "trits", 1);
+// The direct algorithm's result chunks coded as PRIDE_RESULT_CODING says, for every N of `ranks`, both
+// modes and vote kinds, one segment and many, odd sizes, and one 16-bit case (`wide`): the values are
+// still the int32 oracle's. Results the coding does not apply to run as before under the same setting.
+void check_coded_results(const char* coding, std::initializer_list<int> ranks, SignMode wide_mode, VoteKind wide_kind,
+                         uint64_t first_salt) {
+  setenv("PRIDE_RESULT_CODING", coding, 1);
   for (const char* segment_bytes : {"1048576", "512"}) {
     setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
     Settings::reload();
-    for (int N : {2, 3, 4, 5, 6}) {
-      testing::run_ranks(N, [](Communicator& comm) {
-        uint64_t salt = 7000;
+    for (int N : ranks) {
+      testing::run_ranks(N, [&](Communicator& comm) {
+        uint64_t salt = first_salt;
         for (auto mode : {SignMode::kVote, SignMode::kMean}) {
           for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
             for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 5 + 3), size_t(64 * 64 * 5 + 33)}) {
@@ -183,7 +184,7 @@ TEST(SignAllreduce, TritResultsMatchInt32Oracle) {
             }
           }
         }
-        check_case(comm, {SignAlgorithm::kDirect, SignMode::kVote, VoteKind::kBinary, DType::kBFloat16, 70001}, salt);
+        check_case(comm, {SignAlgorithm::kDirect, wide_mode, wide_kind, DType::kBFloat16, 70001}, salt);
       });
     }
   }
@@ -192,36 +193,54 @@ TEST(SignAllreduce, TritResultsMatchInt32Oracle) {
   Settings::reload();
 }
 
-// What trits save on the wire, measured: each rank's bytes against wire_bits_per_element with the
-// plan the call used (1.6 result bits where a tie plane would have cost 2), and below the planes'.
-TEST(SignAllreduce, TritResultsCostWhatTheFormulaSays) {
-  setenv("PRIDE_RESULT_CODING", "trits", 1);
+// Trits (PRIDE_RESULT_CODING=trits): a vote that can tie travels five elements to a byte; mean mode
+// and odd-N binary votes, which have no tie plane, as planes.
+TEST(SignAllreduce, TritResultsMatchInt32Oracle) {
+  check_coded_results("trits", {2, 3, 4, 5, 6}, SignMode::kVote, VoteKind::kBinary, 7000);
+}
+
+// What a coding saves on the wire, measured: each rank's bytes for `mode` at every N of `ranks` against
+// wire_bits_per_element with the plan the call used (`coding`'s result bits where it applies), and
+// below the planes' by at least half of what the coding saves on the all-gather.
+void check_coded_cost(const char* coding, ResultCoding coded, SignMode mode, std::initializer_list<int> ranks) {
+  setenv("PRIDE_RESULT_CODING", coding, 1);
   Settings::reload();
   const size_t n = size_t(1) << 20;
-  for (int N : {2, 3, 4, 5}) {
+  for (int N : ranks) {
     for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
       std::vector<uint64_t> sent(static_cast<size_t>(N));
       testing::run_ranks(N, [&](Communicator& comm) {
         std::vector<float> x(n, comm.rank() % 2 ? 1.0f : -1.0f);
         comm.reset_traffic();
-        sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kVote, kind, SignAlgorithm::kDirect});
+        sign_allreduce(comm, x.data(), DType::kFloat32, n, {mode, kind, SignAlgorithm::kDirect});
         sent[size_t(comm.rank())] = comm.traffic().at("direct").bytes_sent;
       });
-      SignPlan plan = SignPlan::make(N, SignMode::kVote, kind);
+      SignPlan plan = SignPlan::make(N, mode, kind);
       const double planes_formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
-      plan.result_coding = plan.has_tie_plane() ? ResultCoding::kTrits : ResultCoding::kPlanes;
+      // Where the coding applies and packs better than the planes (trits: a tie plane; counts: a mean
+      // whose base is not a power of two).
+      plan.result_coding = coded;
+      const bool applies = (coded == ResultCoding::kTrits ? plan.has_tie_plane() : mode == SignMode::kMean) &&
+                           plan.result_wire_bits() < plan.result_planes;
+      if (!applies) plan.result_coding = ResultCoding::kPlanes;
       const double formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
+      const double saved = (plan.result_planes - plan.result_wire_bits()) * (N - 1) / N;
       for (int r = 0; r < N; ++r) {
         const double measured = double(sent[size_t(r)]) * 8 / double(n);
         EXPECT_NEAR(measured, formula, 0.01 * formula) << "N=" << N << " " << name(kind) << " rank " << r;
-        if (plan.has_tie_plane()) {
-          EXPECT_LT(measured, 0.95 * planes_formula) << "N=" << N << " " << name(kind) << " rank " << r;
+        if (applies) {
+          EXPECT_LT(measured, planes_formula - 0.5 * saved) << "N=" << N << " " << name(kind) << " rank " << r;
         }
       }
     }
   }
   unsetenv("PRIDE_RESULT_CODING");
   Settings::reload();
+}
+
+// Trits: 1.6 result bits where a tie plane would have cost 2.
+TEST(SignAllreduce, TritResultsCostWhatTheFormulaSays) {
+  check_coded_cost("trits", ResultCoding::kTrits, SignMode::kVote, {2, 3, 4, 5});
 }
 
 // When a coding is chosen: forced by the setting, or by the cost model where the wire it saves takes
@@ -293,67 +312,15 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   Settings::reload();
 }
 
-// Packed counts (PRIDE_RESULT_CODING=counts): a mean result's chunks travel in base N + 1 or 2N + 1.
-// The values are still the int32 oracle's for every N (the power-of-two bases 4 and 8 stay planes),
-// vote kind, segment count and odd size; votes, which take no counts, run as before.
+// Packed counts (PRIDE_RESULT_CODING=counts): a mean's counts travel in base N + 1 or 2N + 1 (the
+// power-of-two bases 4 and 8 stay planes); votes, which take no counts, as planes.
 TEST(SignAllreduce, PackedCountResultsMatchInt32Oracle) {
-  setenv("PRIDE_RESULT_CODING", "counts", 1);
-  for (const char* segment_bytes : {"1048576", "512"}) {
-    setenv("PRIDE_SEGMENT_BYTES", segment_bytes, 1);
-    Settings::reload();
-    for (int N : {2, 3, 4, 5, 6, 8}) {
-      testing::run_ranks(N, [](Communicator& comm) {
-        uint64_t salt = 7500;
-        for (auto mode : {SignMode::kMean, SignMode::kVote}) {
-          for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
-            for (size_t n : {size_t(0), size_t(1), size_t(65), size_t(64 * 5 + 3), size_t(64 * 64 * 5 + 33)}) {
-              check_case(comm, {SignAlgorithm::kDirect, mode, kind, DType::kFloat32, n}, salt++);
-            }
-          }
-        }
-        check_case(comm, {SignAlgorithm::kDirect, SignMode::kMean, VoteKind::kTernary, DType::kBFloat16, 70001}, salt);
-      });
-    }
-  }
-  unsetenv("PRIDE_RESULT_CODING");
-  unsetenv("PRIDE_SEGMENT_BYTES");
-  Settings::reload();
+  check_coded_results("counts", {2, 3, 4, 5, 6, 8}, SignMode::kMean, VoteKind::kTernary, 7500);
 }
 
-// What packed counts save on the wire, measured: each rank's bytes against wire_bits_per_element with
-// the plan the call used (32/k result bits), and below the planes' where the base packs better.
+// Packed counts: 32/k result bits (N = 3 ternary, base 7: 2.91 bits for 3 planes).
 TEST(SignAllreduce, PackedCountResultsCostWhatTheFormulaSays) {
-  setenv("PRIDE_RESULT_CODING", "counts", 1);
-  Settings::reload();
-  const size_t n = size_t(1) << 20;
-  for (int N : {2, 3, 4, 5, 8}) {
-    for (auto kind : {VoteKind::kBinary, VoteKind::kTernary}) {
-      std::vector<uint64_t> sent(static_cast<size_t>(N));
-      testing::run_ranks(N, [&](Communicator& comm) {
-        std::vector<float> x(n, comm.rank() % 2 ? 1.0f : -1.0f);
-        comm.reset_traffic();
-        sign_allreduce(comm, x.data(), DType::kFloat32, n, {SignMode::kMean, kind, SignAlgorithm::kDirect});
-        sent[size_t(comm.rank())] = comm.traffic().at("direct").bytes_sent;
-      });
-      SignPlan plan = SignPlan::make(N, SignMode::kMean, kind);
-      const double planes_formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
-      plan.result_coding = ResultCoding::kCounts;
-      const bool packs = plan.result_wire_bits() < plan.result_planes;
-      if (!packs) plan.result_coding = ResultCoding::kPlanes;
-      const double formula = wire_bits_per_element(SignAlgorithm::kDirect, plan);
-      for (int r = 0; r < N; ++r) {
-        const double measured = double(sent[size_t(r)]) * 8 / double(n);
-        EXPECT_NEAR(measured, formula, 0.01 * formula) << "N=" << N << " " << name(kind) << " rank " << r;
-        if (packs) {
-          // At least half of what the code saves on the all-gather (N = 3 ternary, B = 7: 2.91 bits for 3).
-          const double saved = (plan.result_planes - plan.result_wire_bits()) * (N - 1) / N;
-          EXPECT_LT(measured, planes_formula - 0.5 * saved) << "N=" << N << " " << name(kind) << " rank " << r;
-        }
-      }
-    }
-  }
-  unsetenv("PRIDE_RESULT_CODING");
-  Settings::reload();
+  check_coded_cost("counts", ResultCoding::kCounts, SignMode::kMean, {2, 3, 4, 5, 8});
 }
 
 // The hierarchical algorithm over simulated nodes (each rank reports a host name of its own choosing):
