@@ -50,7 +50,9 @@ double median_seconds(const std::function<void()>& run, int reps) {
   return times[times.size() / 2];
 }
 
-enum class Target { kBandwidth, kRate, kNone };  // >= 70% of memcpy, >= 20 G elements/s, or none
+// >= 70% of memcpy, >= 20 G elements/s, or none (a kernel SPEC §5 sets no target for: the optimizers'
+// steps, and the result codings, whose speed the cost model weighs against the wire they save).
+enum class Target { kBandwidth, kRate, kNone };
 
 struct Kernel {
   std::string name;
@@ -154,18 +156,18 @@ std::vector<Kernel> kernels(Buffers& b) {
        [&b, nw] { vote_from_counts(b.counter2.data(), b.counter.data(), 4, nw, b.pos.data(), b.tie.data()); }},
       // A tied vote's result as trits (trits.h): what the direct algorithm's owner encodes and every
       // rank decodes when PRIDE_RESULT_CODING picks them. pos and tie as finalize leaves them.
-      {"encode_trits", 0, Target::kRate, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
-      {"decode_trits", 0, Target::kRate, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
+      {"encode_trits", 0, Target::kNone, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
+      {"decode_trits", 0, Target::kNone, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
       // Mean-mode counts packed in base B (packed_counts.h), as the direct algorithm's owner encodes
       // and every rank decodes them when PRIDE_RESULT_CODING picks them: N = 4 (B = 5, 3 planes) and
       // N = 8 (B = 9, 4 planes). The planes' values do not change the work.
-      {"encode_counts B=5", 0, Target::kRate,
+      {"encode_counts B=5", 0, Target::kNone,
        [&b, nw] { encode_counts(counts::make_code(5), b.counter.data(), nw, nw, b.limbs.data()); }},
-      {"decode_counts B=5", 0, Target::kRate,
+      {"decode_counts B=5", 0, Target::kNone,
        [&b, nw] { decode_counts(counts::make_code(5), b.limbs.data(), nw, b.counter.data(), nw); }},
-      {"encode_counts B=9", 0, Target::kRate,
+      {"encode_counts B=9", 0, Target::kNone,
        [&b, nw] { encode_counts(counts::make_code(9), b.counter.data(), nw, nw, b.limbs.data()); }},
-      {"decode_counts B=9", 0, Target::kRate,
+      {"decode_counts B=9", 0, Target::kNone,
        [&b, nw] { decode_counts(counts::make_code(9), b.limbs.data(), nw, b.counter.data(), nw); }},
       // The level vote's packing (levels.h) at N = 4: 63 levels in 6 planes, into the vote planes.
       {"levels_within s=31", n, Target::kBandwidth,
@@ -267,7 +269,7 @@ int main(int argc, char** argv) {
     for (const auto& k : list) {
       const double t = median_seconds(k.run, reps);
       const double gelem = n / t * 1e-9;
-      if (k.target == Target::kNone) {
+      if (k.target == Target::kNone && k.unpacked_bytes) {
         const double ratio = memcpy_seconds[k.unpacked_bytes] / t * k.streams / 2.0;
         std::printf("%-24s %-7s %9.2f %8.2f %10.2f %7s\n", k.name.c_str(), pride::bits::isa_name(isa), gelem,
                     k.streams * k.unpacked_bytes / t * 1e-9, ratio, "-");
@@ -277,7 +279,7 @@ int main(int argc, char** argv) {
                     k.unpacked_bytes / t * 1e-9, ratio, ratio >= 0.70 ? "met" : "missed");
       } else {
         std::printf("%-24s %-7s %9.2f %8s %10s %7s\n", k.name.c_str(), pride::bits::isa_name(isa), gelem, "-", "-",
-                    gelem >= 20.0 ? "met" : "missed");
+                    k.target == Target::kNone ? "-" : gelem >= 20.0 ? "met" : "missed");
       }
     }
   }
