@@ -54,14 +54,14 @@ std::string describe_standard(const Fingerprint& f) {
 
 std::string describe_sign(const Fingerprint& f) {
   // detail: mode | votes << 8 | algorithm << 16 | segment words << 24 (sign_allreduce.cc).
-  const uint64_t detail = f.detail & ~(kFingerprintTritResults | kFingerprintCountResults);
+  const uint64_t detail = f.detail & ~(kFingerprintTritResults | kFingerprintCountResults | kFingerprintPackedNodeCounts);
   const char* coding = f.detail & kFingerprintTritResults    ? ", results as trits"
                        : f.detail & kFingerprintCountResults ? ", results as packed counts"
                                                              : "";
-  return fmt::format("sign_allreduce {} {} {} numel {} ({}, segments of {} words{})",
+  return fmt::format("sign_allreduce {} {} {} numel {} ({}, segments of {} words{}{})",
                      sign_enum(detail & 0xff, SignMode::kMean), sign_enum((detail >> 8) & 0xff, VoteKind::kTernary),
                      sign_input(f.dtype), f.numel, sign_enum((detail >> 16) & 0xff, SignAlgorithm::kHier),
-                     detail >> 24, coding);
+                     detail >> 24, coding, f.detail & kFingerprintPackedNodeCounts ? ", node counts packed" : "");
 }
 
 }  // namespace

@@ -28,6 +28,9 @@ constexpr uint64_t kFingerprintOverNccl = uint64_t(1) << 62;
 // "results as packed counts".
 constexpr uint64_t kFingerprintTritResults = uint64_t(1) << 61;
 constexpr uint64_t kFingerprintCountResults = uint64_t(1) << 60;
+// Set in the detail of a hierarchical sign-allreduce whose node counts travel packed
+// (SignPlan::packed_node_counts). Printed as "node counts packed".
+constexpr uint64_t kFingerprintPackedNodeCounts = uint64_t(1) << 59;
 
 // "allreduce SUM float32 numel 100", "broadcast 400 bytes from root 2",
 // "sign_allreduce vote binary float32 numel 1000 (ring, segments of 1048576 words)", ...

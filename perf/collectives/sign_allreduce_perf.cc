@@ -148,6 +148,7 @@ class SignAllreduceBench final : public Benchmark {
       if (algorithm != name(a)) continue;
       SignPlan plan = SignPlan::make(comm.size(), mode_, votes_);
       plan.result_coding = select_result_coding(plan, a, count_, comm.num_nodes(), comm.ranks_per_core());
+      plan.packed_node_counts = select_packed_node_counts(plan, a, count_, comm.num_nodes(), comm.ranks_per_core());
       return wire_bits_per_element(a, plan, comm.num_nodes());
     }
     return -1;

@@ -158,9 +158,13 @@ std::vector<Kernel> kernels(Buffers& b) {
       // rank decodes when PRIDE_RESULT_CODING picks them. pos and tie as finalize leaves them.
       {"encode_trits", 0, Target::kNone, [&b, nw] { encode_trits(b.pos.data(), b.tie.data(), nw, b.trits.data()); }},
       {"decode_trits", 0, Target::kNone, [&b, nw] { decode_trits(b.trits.data(), nw, b.pos.data(), b.tie.data()); }},
-      // Mean-mode counts packed in base B (packed_counts.h), as the direct algorithm's owner encodes
-      // and every rank decodes them when PRIDE_RESULT_CODING picks them: N = 4 (B = 5, 3 planes) and
-      // N = 8 (B = 9, 4 planes). The planes' values do not change the work.
+      // Counts packed in base B (packed_counts.h), as the direct algorithm's owner encodes and every
+      // rank decodes a mean's when PRIDE_RESULT_CODING picks them: B = 3 (N = 2; hier's node counts
+      // of 2 ranks), B = 5 (N = 4, 3 planes), B = 9 (N = 8, 4 planes). The values do not change the work.
+      {"encode_counts B=3", 0, Target::kNone,
+       [&b, nw] { encode_counts(counts::make_code(3), b.counter.data(), nw, nw, b.limbs.data()); }},
+      {"decode_counts B=3", 0, Target::kNone,
+       [&b, nw] { decode_counts(counts::make_code(3), b.limbs.data(), nw, b.counter.data(), nw); }},
       {"encode_counts B=5", 0, Target::kNone,
        [&b, nw] { encode_counts(counts::make_code(5), b.counter.data(), nw, nw, b.limbs.data()); }},
       {"decode_counts B=5", 0, Target::kNone,

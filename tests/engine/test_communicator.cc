@@ -225,6 +225,10 @@ TEST(GpuTransportChoice, NcclWhereBuiltAndEveryRankHasItsOwnGpu) {
   const std::string counts = describe_call(sign);
   EXPECT_EQ(planes.find("packed"), std::string::npos) << planes;
   EXPECT_NE(counts.find("segments of 131072 words, results as packed counts"), std::string::npos) << counts;
+  sign.detail |= kFingerprintPackedNodeCounts;  // hier's node counts in base L + 1
+  const std::string both = describe_call(sign);
+  EXPECT_NE(both.find("segments of 131072 words, results as packed counts, node counts packed"), std::string::npos)
+      << both;
 }
 
 TEST(Communicator, PointToPointMatchesTags) {

@@ -272,6 +272,12 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
   // The algorithm is chosen at the coded cost: as planes, direct's 3 bits would tie with the all-gather's.
   EXPECT_EQ(select_sign_algorithm(mean, n, 4), SignAlgorithm::kDirect);
+  // hier's node counts: 2 nodes of 2 ranks count in base 3 (1.6 bits, not 2); nodes of 3 in base 4
+  // (2 bits either way) and one rank per node, nothing to count, never.
+  EXPECT_TRUE(select_packed_node_counts(even, SignAlgorithm::kHier, n, 2));
+  EXPECT_FALSE(select_packed_node_counts(SignPlan::make(6, SignMode::kVote, VoteKind::kBinary), SignAlgorithm::kHier, n, 2));
+  EXPECT_FALSE(select_packed_node_counts(even, SignAlgorithm::kHier, n, 4));
+  EXPECT_FALSE(select_packed_node_counts(even, SignAlgorithm::kDirect, n, 2));
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "1.4", 1);  // direct: a node's ranks share its link, so each saves more
   Settings::reload();
   EXPECT_EQ(choose(mean, SignAlgorithm::kDirect, 4), ResultCoding::kPlanes);
@@ -281,10 +287,12 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
   EXPECT_EQ(choose(SignPlan::make(2, SignMode::kVote, VoteKind::kBinary), SignAlgorithm::kHier, 2),
             ResultCoding::kPlanes);  // one rank per node: it codes all of it, and the saving does not pay
+  EXPECT_TRUE(select_packed_node_counts(even, SignAlgorithm::kHier, n, 2));  // base 3: 0.4 bits saved, cheap to code
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
   Settings::reload();
   EXPECT_EQ(choose(even), ResultCoding::kPlanes);
   EXPECT_EQ(choose(mean), ResultCoding::kPlanes);
+  EXPECT_FALSE(select_packed_node_counts(even, SignAlgorithm::kHier, n, 2));
   setenv("PRIDE_RESULT_CODING", "trits", 1);
   Settings::reload();
   EXPECT_EQ(choose(even), ResultCoding::kTrits);
@@ -297,6 +305,7 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   EXPECT_EQ(choose(mean_power2), ResultCoding::kPlanes);
   setenv("PRIDE_RESULT_CODING", "packed", 1);
   Settings::reload();
+  EXPECT_TRUE(select_packed_node_counts(even, SignAlgorithm::kHier, n, 2));
   EXPECT_EQ(choose(even), ResultCoding::kTrits);
   EXPECT_EQ(choose(mean), ResultCoding::kCounts);
   EXPECT_EQ(choose(odd), ResultCoding::kPlanes);
@@ -391,12 +400,18 @@ TEST(SignAllreduce, HierarchicalWireBytesMatchTheFormula) {
         plan.result_coding = plan.has_tie_plane() ? ResultCoding::kTrits
                              : mode == SignMode::kMean ? ResultCoding::kCounts : ResultCoding::kPlanes;
         if (plan.result_wire_bits() >= plan.result_planes) plan.result_coding = ResultCoding::kPlanes;
+        // and the node counts in base L + 1 where that packs (L = 2: base 3; not L = 3: base 4)
+        plan.packed_node_counts = true;
+        plan.packed_node_counts = node_count_bits(plan, local) < bits::planes_for(local);
       }
       const double L = local, M = nodes;
       // Every rank: its votes to the node's other ranks, its share of the node's count shards and coded
       // (or plane) result pieces between nodes, and its part of the result, as planes, inside the node.
+      const double count_bits = plan.packed_node_counts
+                                    ? 32.0 / bits::counts::make_code(uint32_t(local) + 1).per_limb
+                                    : double(bits::planes_for(local));
       const double per_rank = plan.counters * (L - 1) / L +
-                              (plan.counters * bits::planes_for(local) + plan.result_wire_bits()) * (M - 1) / M / L +
+                              (plan.counters * count_bits + plan.result_wire_bits()) * (M - 1) / M / L +
                               plan.result_planes * (L - 1) / L;
       EXPECT_NEAR(per_rank, hier_inter_node_bits(plan, nodes, local) / L + (plan.counters + plan.result_planes) * (L - 1) / L,
                   1e-9);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "collectives/bits/kernels.h"
+#include "collectives/bits/packed_counts.h"
 #include "collectives/engine/patterns/chunks.h"
 #include "collectives/engine/sign/coded_results.h"
 #include "collectives/engine/sign/plane_copy.h"
@@ -93,6 +94,10 @@ void HierRailsSegment::count_and_post_counts() {
   }
   // Rail l: every node's count on my piece arrives; each rail peer gets mine on its piece.
   uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
+  if (plan_.packed_node_counts) {
+    post_packed_counts();
+    return;
+  }
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
     recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts,
@@ -106,13 +111,62 @@ void HierRailsSegment::count_and_post_counts() {
   }
 }
 
+// The node counts in base L + 1 (plan.packed_node_counts): each counter of a piece is one run of limbs,
+// the C runs of a piece back to back, the pieces one after another in node order; what arrives for my
+// piece, one such block per rail peer.
+size_t HierRailsSegment::packed_piece_bytes(size_t words) const {
+  return size_t(plan_.counters) * bits::counts::bytes_for_words(node_code_, words);
+}
+
+void HierRailsSegment::post_packed_counts() {
+  const int C = plan_.counters, me = nodes_.my_node;
+  Workspace& ws = c_.workspace();
+  node_code_ = bits::counts::make_code(uint32_t(L_) + 1);
+  std::vector<size_t> offset(size_t(M_) + 1, 0);
+  for (int j = 0; j < M_; ++j) offset[size_t(j) + 1] = offset[size_t(j)] + packed_piece_bytes(chunk(part_.size, M_, j).size);
+  uint8_t* out = reinterpret_cast<uint8_t*>(sign_scratch(ws, SignScratch::kHierCountsCoded, (offset[size_t(M_)] + 7) / 8, instance_));
+  const size_t in_bytes = packed_piece_bytes(piece_.size);
+  packed_in_ = reinterpret_cast<uint8_t*>(
+      sign_scratch(ws, SignScratch::kHierCountsCodedIn, (size_t(M_) * in_bytes + 7) / 8, instance_));
+  for (int j = 0; j < M_; ++j) {
+    if (j == me) continue;  // my own piece is counted where it was staged
+    const Range pj = chunk(part_.size, M_, j);
+    const size_t run = bits::counts::bytes_for_words(node_code_, pj.size);
+    for (int k = 0; k < C; ++k) {
+      bits::encode_counts(node_code_, staged_ + size_t(NP_) * pj.begin + size_t(k * local_planes_) * pj.size, pj.size,
+                          pj.size, reinterpret_cast<uint32_t*>(out + offset[size_t(j)] + size_t(k) * run));
+    }
+  }
+  for (int d = 1; d < M_; ++d) {
+    const int from = (me - d + M_) % M_;
+    recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts, packed_in_ + size_t(from) * in_bytes, in_bytes));
+  }
+  for (int d = 1; d < M_; ++d) {
+    const int to = (me + d) % M_;
+    sends_.push_back(c_.send(rail_rank(to), seg_.slot_base + kRailCounts, out + offset[size_t(to)],
+                             offset[size_t(to) + 1] - offset[size_t(to)]));
+  }
+}
+
 void HierRailsSegment::decide_and_post_results() {
   const int C = plan_.counters, R = plan_.result_planes, me = nodes_.my_node;
   const int full_planes = bits::planes_for(c_.size());
   c_.wait_all(recvs_);
   recvs_.clear();
   Workspace& ws = c_.workspace();
-  const uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
+  uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
+  if (plan_.packed_node_counts) {  // the rail's node counts on my piece back into planes, counter-major
+    const size_t in_bytes = packed_piece_bytes(piece_.size), run = bits::counts::bytes_for_words(node_code_, piece_.size);
+    for (int j = 0; j < M_; ++j) {
+      if (j == me) continue;
+      for (int k = 0; k < C; ++k) {
+        bits::decode_counts(node_code_,
+                            reinterpret_cast<const uint32_t*>(packed_in_ + size_t(j) * in_bytes + size_t(k) * run),
+                            piece_.size, counts_in + size_t(j) * NP_ * piece_.size + size_t(k * local_planes_) * piece_.size,
+                            piece_.size);
+      }
+    }
+  }
   uint64_t* total = sign_scratch(ws, SignScratch::kHierSum, size_t(C * full_planes) * piece_.size, instance_);
   std::fill(total, total + size_t(C * full_planes) * piece_.size, 0);
   for (int j = 0; j < M_; ++j) {

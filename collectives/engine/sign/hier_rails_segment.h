@@ -45,6 +45,9 @@ class HierRailsSegment {
 
  private:
   int rail_rank(int node) const { return nodes_.ranks[size_t(node)][size_t(l_)]; }
+  // Stage 2's exchange with the node counts packed in base L + 1 (plan.packed_node_counts).
+  void post_packed_counts();
+  size_t packed_piece_bytes(size_t words) const;  // a piece's C runs of limbs
 
   Collective& c_;
   const SignPlan& plan_;
@@ -59,6 +62,8 @@ class HierRailsSegment {
   uint64_t* inbox_ = nullptr;    // the local peers' votes on my part, local-rank-major (my slot unused)
   uint64_t* staged_ = nullptr;   // the node's count on my part, piece-major (one message per rail peer)
   uint8_t* coded_ = nullptr;     // the rail's result pieces coded (plan.result_coding), piece-major bytes
+  bits::counts::CountCode node_code_{};  // base L + 1, where the node counts travel packed
+  uint8_t* packed_in_ = nullptr;  // the rail's packed node counts on my piece, node-major
   // A stage waits for what it receives only. A send completes when the peer has taken the data, which
   // over shared memory's rendezvous means when the peer next runs; on a host whose ranks outnumber its
   // cores that can be a scheduler slice away. The sends are awaited in finish(), before this

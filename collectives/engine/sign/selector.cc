@@ -1,6 +1,7 @@
 #include "collectives/engine/sign/selector.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "backend/common/settings.h"
@@ -23,9 +24,14 @@ LinkModel LinkModel::for_group(int num_nodes, double ranks_per_core) {
   return m;
 }
 
+double node_count_bits(const SignPlan& plan, int local_size) {
+  return plan.packed_node_counts ? bits::counts::bits_per_element(bits::counts::make_code(uint32_t(local_size) + 1))
+                                 : double(bits::planes_for(local_size));
+}
+
 double hier_inter_node_bits(const SignPlan& plan, int num_nodes, int local_size) {
   const double M = std::max(1, num_nodes);
-  return (plan.counters * bits::planes_for(local_size) + plan.result_wire_bits()) * (M - 1) / M;
+  return (plan.counters * node_count_bits(plan, local_size) + plan.result_wire_bits()) * (M - 1) / M;
 }
 
 double wire_bits_per_element(SignAlgorithm algorithm, const SignPlan& plan, int num_nodes) {
@@ -136,6 +142,26 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
   return saved_us > coding_us ? coded.result_coding : ResultCoding::kPlanes;
 }
 
+bool select_packed_node_counts(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
+                               double ranks_per_core) {
+  const int nodes = std::clamp(num_nodes, 1, plan.nranks), local = plan.nranks / nodes;
+  if (algorithm != SignAlgorithm::kHier || nodes < 2 || local < 2) return false;
+  SignPlan packed = plan;
+  packed.packed_node_counts = true;
+  const double saved_bits = plan.counters * (bits::planes_for(local) - node_count_bits(packed, local));
+  if (saved_bits <= 0) return false;  // L + 1 a power of two
+  const std::string& setting = Settings::get().result_coding;
+  if (setting != "auto") return setting == "counts" || setting == "packed";
+  const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
+  const double saved_us = double(numel) * saved_bits / 8 * (nodes - 1) / nodes / link.bytes_per_us;
+  // Each rank of a node encodes its part (1/L of the tensor) of the node's count for the M − 1 other
+  // nodes' pieces, and decodes theirs on its own piece: (M − 1)/M of its part each way, every counter.
+  const double coded_elements = double(numel) / local * plan.counters * (nodes - 1) / nodes;
+  const double coding_us =
+      coded_elements * kCountCodingNsPerBit * std::log2(double(local) + 1) * ranks_per_core / 1000;
+  return saved_us > coding_us;
+}
+
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core) {
   SignAlgorithm forced = parse_sign_algorithm(Settings::get().algo);
   if (forced != SignAlgorithm::kAuto) return forced;
@@ -149,6 +175,7 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
     // per element as packed counts, 3 as planes: the all-gather's 3 would tie with it otherwise).
     SignPlan coded = plan;
     coded.result_coding = select_result_coding(plan, a, numel, num_nodes, ranks_per_core);
+    coded.packed_node_counts = select_packed_node_counts(plan, a, numel, num_nodes, ranks_per_core);
     const double t = estimate_us(a, coded, numel, link, num_nodes);
     if (t < best_us) {
       best = a;

@@ -44,8 +44,19 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
 // 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
 constexpr double kTritCodingNsPerElement = 0.3;
 constexpr double kCountCodingNsPerElement = 0.4;
+// Encoding and decoding one element's count together, per bit of log2(B): bench_kernels gives 0.32 ns
+// at B = 3, 0.58 at B = 5, 0.88 at B = 9 (0.20, 0.25, 0.28 per bit); the largest is taken.
+constexpr double kCountCodingNsPerBit = 0.28;
 ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
                                   double ranks_per_core = 1.0);
+// Whether hier's rails send their node counts packed in base L + 1 (sign_plan.h), L = N / num_nodes:
+// only where that is smaller than planes_for(L) planes (L = 2: 1.6 bits for 2; L = 8: 3.2 for 4; not
+// L = 3, 7 …). PRIDE_RESULT_CODING=counts or packed forces it there, planes and trits never; auto
+// weighs the saved wire between nodes against the coding, as select_result_coding does.
+bool select_packed_node_counts(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
+                               double ranks_per_core = 1.0);
+// Bits per element of one counter of a node's count between nodes: planes_for(L), or 32/k packed.
+double node_count_bits(const SignPlan& plan, int local_size);
 
 // Bits each rank sends per element (SPEC §4's table, generalised to ternary votes and mean mode),
 // averaged over ranks. The hierarchical algorithm's depend on the nodes: num_nodes nodes of N/num_nodes

@@ -259,11 +259,13 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   call.algorithm = choose_sign_algorithm(comm, call.plan, numel, options);
   call.plan.result_coding =
       select_result_coding(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
+  call.plan.packed_node_counts =
+      select_packed_node_counts(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
   // A segment never exceeds the tensor: sizes beyond it mean the same call, and the fingerprint's
-  // segment field then stays below kFingerprintCountResults' bit for any tensor under 2^42 elements.
+  // segment field then stays below kFingerprintPackedNodeCounts' bit for any tensor under 2^41 elements.
   if (call.algorithm == SignAlgorithm::kHier) {
     call.nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
     call.hier_rails = uniform_nodes(call.nodes);
@@ -279,7 +281,8 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(call.algorithm) << 16 |
               uint64_t(call.segment_words) << 24 |
               (call.plan.result_coding == ResultCoding::kTrits ? kFingerprintTritResults : 0) |
-              (call.plan.result_coding == ResultCoding::kCounts ? kFingerprintCountResults : 0);
+              (call.plan.result_coding == ResultCoding::kCounts ? kFingerprintCountResults : 0) |
+              (call.plan.packed_node_counts ? kFingerprintPackedNodeCounts : 0);
   return call;
 }
 

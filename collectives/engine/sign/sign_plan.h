@@ -38,6 +38,9 @@ struct SignPlan {
   int64_t mean_offset = 0;
   ResultCoding result_coding = ResultCoding::kPlanes;  // trits: has_tie_plane() only; counts: mean only
   bits::counts::CountCode counts;  // mean mode's count code (make() sets it): base N + 1 or 2N + 1
+  // hier's rails send their node counts (a count of L votes per counter) in base L + 1, not as
+  // planes_for(L) planes (bits/count_coding.h); nodes of unequal size, on the leader scheme, never do.
+  bool packed_node_counts = false;
 
   static SignPlan make(int nranks, SignMode mode, VoteKind kind);
   bool has_tie_plane() const { return mode == SignMode::kVote && result_planes == 2; }

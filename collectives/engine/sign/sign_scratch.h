@@ -16,6 +16,7 @@ enum class SignScratch : uint32_t {
   kAllgatherAll, kAllgatherCounts,
   kDirectShards, kDirectInbox, kDirectResults, kDirectCounts, kDirectCoded,
   kHierVotes, kHierNodeCount, kHierStaged, kHierCountsIn, kHierTotal, kHierResults, kHierSum, kHierCoded,
+  kHierCountsCoded, kHierCountsCodedIn,
 };
 
 // `instance` tells apart segments that are in flight together (the direct pipeline has two, hier's three).
