@@ -259,8 +259,6 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   call.algorithm = choose_sign_algorithm(comm, call.plan, numel, options);
   call.plan.result_coding =
       select_result_coding(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
-  call.plan.packed_node_counts =
-      select_packed_node_counts(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
   // Large tensors go through in segments: bounded scratch memory per step, and each segment's
   // messages are tagged apart by their slot range (reused once far behind). Ranks must agree on the
   // segment size (PRIDE_SEGMENT_BYTES), so it is part of the fingerprint.
@@ -269,6 +267,10 @@ SignCall plan_sign_call(const Communicator& comm, size_t numel, const SignOption
   if (call.algorithm == SignAlgorithm::kHier) {
     call.nodes = NodeGroups::make(comm.node_of_rank(), comm.rank());
     call.hier_rails = uniform_nodes(call.nodes);
+    // Only the rails send node counts packed; the leader scheme's nodes differ in size.
+    call.plan.packed_node_counts =
+        call.hier_rails &&
+        select_packed_node_counts(call.plan, call.algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
   }
   call.segment_words = std::clamp<size_t>(sign_segment_bytes(call.algorithm, comm.num_nodes(), call.hier_rails,
                                                              options.segment_bytes) / 8,
