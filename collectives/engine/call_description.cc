@@ -54,7 +54,8 @@ std::string describe_standard(const Fingerprint& f) {
 
 std::string describe_sign(const Fingerprint& f) {
   // detail: mode | votes << 8 | algorithm << 16 | segment words << 24 (sign_allreduce.cc).
-  const uint64_t detail = f.detail & ~(kFingerprintTritResults | kFingerprintCountResults | kFingerprintPackedNodeCounts);
+  const uint64_t detail =
+      f.detail & ~(kFingerprintTritResults | kFingerprintCountResults | kFingerprintPackedNodeCounts);
   const char* coding = f.detail & kFingerprintTritResults    ? ", results as trits"
                        : f.detail & kFingerprintCountResults ? ", results as packed counts"
                                                              : "";

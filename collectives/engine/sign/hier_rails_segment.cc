@@ -123,8 +123,11 @@ void HierRailsSegment::post_packed_counts() {
   Workspace& ws = c_.workspace();
   node_code_ = bits::counts::make_code(uint32_t(L_) + 1);
   std::vector<size_t> offset(size_t(M_) + 1, 0);
-  for (int j = 0; j < M_; ++j) offset[size_t(j) + 1] = offset[size_t(j)] + packed_piece_bytes(chunk(part_.size, M_, j).size);
-  uint8_t* out = reinterpret_cast<uint8_t*>(sign_scratch(ws, SignScratch::kHierCountsCoded, (offset[size_t(M_)] + 7) / 8, instance_));
+  for (int j = 0; j < M_; ++j) {
+    offset[size_t(j) + 1] = offset[size_t(j)] + packed_piece_bytes(chunk(part_.size, M_, j).size);
+  }
+  uint8_t* out = reinterpret_cast<uint8_t*>(
+      sign_scratch(ws, SignScratch::kHierCountsCoded, (offset[size_t(M_)] + 7) / 8, instance_));
   const size_t in_bytes = packed_piece_bytes(piece_.size);
   packed_in_ = reinterpret_cast<uint8_t*>(
       sign_scratch(ws, SignScratch::kHierCountsCodedIn, (size_t(M_) * in_bytes + 7) / 8, instance_));
@@ -139,7 +142,8 @@ void HierRailsSegment::post_packed_counts() {
   }
   for (int d = 1; d < M_; ++d) {
     const int from = (me - d + M_) % M_;
-    recvs_.push_back(c_.recv(rail_rank(from), seg_.slot_base + kRailCounts, packed_in_ + size_t(from) * in_bytes, in_bytes));
+    recvs_.push_back(
+        c_.recv(rail_rank(from), seg_.slot_base + kRailCounts, packed_in_ + size_t(from) * in_bytes, in_bytes));
   }
   for (int d = 1; d < M_; ++d) {
     const int to = (me + d) % M_;
@@ -156,14 +160,14 @@ void HierRailsSegment::decide_and_post_results() {
   Workspace& ws = c_.workspace();
   uint64_t* counts_in = sign_scratch(ws, SignScratch::kHierTotal, size_t(M_) * NP_ * piece_.size, instance_);
   if (plan_.packed_node_counts) {  // the rail's node counts on my piece back into planes, counter-major
-    const size_t in_bytes = packed_piece_bytes(piece_.size), run = bits::counts::bytes_for_words(node_code_, piece_.size);
+    const size_t in_bytes = packed_piece_bytes(piece_.size);
+    const size_t run = bits::counts::bytes_for_words(node_code_, piece_.size);
     for (int j = 0; j < M_; ++j) {
       if (j == me) continue;
       for (int k = 0; k < C; ++k) {
-        bits::decode_counts(node_code_,
-                            reinterpret_cast<const uint32_t*>(packed_in_ + size_t(j) * in_bytes + size_t(k) * run),
-                            piece_.size, counts_in + size_t(j) * NP_ * piece_.size + size_t(k * local_planes_) * piece_.size,
-                            piece_.size);
+        const auto* in = reinterpret_cast<const uint32_t*>(packed_in_ + size_t(j) * in_bytes + size_t(k) * run);
+        uint64_t* out = counts_in + size_t(j) * NP_ * piece_.size + size_t(k * local_planes_) * piece_.size;
+        bits::decode_counts(node_code_, in, piece_.size, out, piece_.size);
       }
     }
   }
@@ -186,7 +190,8 @@ void HierRailsSegment::decide_and_post_results() {
   plan_.finalize(total, full_planes, piece_.size, my_part + piece_.begin, stride);
   if (plan_.result_coding != ResultCoding::kPlanes) {
     const size_t total_bytes = coded_offset(plan_, part_.size, M_, M_);
-    coded_ = reinterpret_cast<uint8_t*>(sign_scratch(ws, SignScratch::kHierCoded, (total_bytes + 7) / 8, instance_));
+    coded_ =
+        reinterpret_cast<uint8_t*>(sign_scratch(ws, SignScratch::kHierCoded, (total_bytes + 7) / 8, instance_));
     HostPlaneOps host(ws);
     encode_result(host, plan_, my_part + piece_.begin, stride, piece_.size,
                   coded_ + coded_offset(plan_, part_.size, M_, me));
