@@ -119,12 +119,9 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
   const double saved_bits = plan.result_planes - coded.result_wire_bits();
   if (saved_bits <= 0) return ResultCoding::kPlanes;  // a base that packs no better than its planes
   const std::string& setting = Settings::get().result_coding;
-  if (setting == "packed") return coded.result_coding;
-  if (setting == "trits" || setting == "counts") {
-    return setting == (coded.result_coding == ResultCoding::kTrits ? "trits" : "counts") ? coded.result_coding
-                                                                                          : ResultCoding::kPlanes;
-  }
-  if (setting != "auto") return ResultCoding::kPlanes;
+  const char* coding_name = coded.result_coding == ResultCoding::kTrits ? "trits" : "counts";
+  if (setting == "packed" || setting == coding_name) return coded.result_coding;
+  if (setting != "auto") return ResultCoding::kPlanes;  // planes, or the other coding's name
   const LinkModel link = LinkModel::for_group(num_nodes, ranks_per_core);
   // The share of the tensor that crosses a link coded: (N − 1)/N of it for direct, (M − 1)/M per node
   // for hier.

@@ -139,26 +139,20 @@ void sign_hier(Collective& c, const SignPlan& plan, const SignSegment& seg) {
     encode_result(host, plan, results + size_t(R) * mine.begin, mine.size, mine.size,
                   coded_chunks + coded_offset(plan, W, M, my_index));
   }
+  // Leader j's chunk as one message: where it lies, and its bytes (plan.result_bytes: R · 8 per word
+  // as planes).
+  auto chunk_at = [&](int j) -> void* {
+    return coded ? static_cast<void*>(coded_chunks + coded_offset(plan, W, M, j))
+                 : static_cast<void*>(results + size_t(R) * chunk(W, M, j).begin);
+  };
   for (int d = 1; d < M; ++d) {
     const int from = (my_index - d + M) % M;
-    const Range ch = chunk(W, M, from);
-    if (coded) {
-      requests.push_back(c.recv(nodes.leader(from), seg.slot_base + kLeaderResults,
-                                coded_chunks + coded_offset(plan, W, M, from), plan.result_bytes(ch.size)));
-    } else {
-      requests.push_back(c.recv(nodes.leader(from), seg.slot_base + kLeaderResults, results + size_t(R) * ch.begin,
-                                size_t(R) * ch.size * 8));
-    }
+    requests.push_back(c.recv(nodes.leader(from), seg.slot_base + kLeaderResults, chunk_at(from),
+                              plan.result_bytes(chunk(W, M, from).size)));
   }
   for (int d = 1; d < M; ++d) {
-    const int to = nodes.leader((my_index + d) % M);
-    if (coded) {
-      requests.push_back(c.send(to, seg.slot_base + kLeaderResults, coded_chunks + coded_offset(plan, W, M, my_index),
-                                plan.result_bytes(mine.size)));
-    } else {
-      requests.push_back(c.send(to, seg.slot_base + kLeaderResults, results + size_t(R) * mine.begin,
-                                size_t(R) * mine.size * 8));
-    }
+    requests.push_back(c.send(nodes.leader((my_index + d) % M), seg.slot_base + kLeaderResults, chunk_at(my_index),
+                              plan.result_bytes(mine.size)));
   }
   c.wait_all(requests);
   requests.clear();
