@@ -58,16 +58,18 @@ def run_within(cmd, deadline, hang_message):
     with `hang_message`; exit 77 (the launcher could not set up, e.g. no network namespaces) passes
     through as a skip."""
     print("+", " ".join(cmd), flush=True)
-    # A session of its own, so a hang can be killed with everything the launcher started.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=deadline)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, _ = proc.communicate()
-        print(out)
-        fail(hang_message)
+    # TMPDIR of its own, removed after: torchrun leaves its log directory (torchelastic_*) in it.
+    with tempfile.TemporaryDirectory(prefix="pride-launch-") as tmp:
+        # A session of its own, so a hang can be killed with everything the launcher started.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, env=dict(os.environ, TMPDIR=tmp))
+        try:
+            out, _ = proc.communicate(timeout=deadline)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            out, _ = proc.communicate()
+            print(out)
+            fail(hang_message)
     print(out, flush=True)
     if proc.returncode == 77:
         sys.exit(77)

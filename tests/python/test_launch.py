@@ -13,11 +13,12 @@ from distributed_harness import run
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_torchrun_runs_the_example():
+def test_torchrun_runs_the_example(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     out = subprocess.run(
         [torchrun, "--standalone", "--nproc-per-node", "2", os.path.join(ROOT, "examples", "quickstart.py")],
-        capture_output=True, text=True, timeout=180)
+        capture_output=True, text=True, timeout=180,
+        env=dict(os.environ, TMPDIR=str(tmp_path)))  # where torchrun leaves its log directory
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sign_allreduce" in out.stdout and "bytes_sent" in out.stdout, out.stdout
 

@@ -49,7 +49,11 @@ if _monitored_barrier_refuses_plugins():
 
 
 def _suite_env(backend, as_, world_size, temp_dir, env_extra):
-    return dict(os.environ, BACKEND=backend, WORLD_SIZE=str(world_size), TEMP_DIR=str(temp_dir), PRIDE_SUITE_AS=as_,
+    # TMPDIR too: torch's MultiProcessTestCase makes each test's FileStore with
+    # NamedTemporaryFile(delete=False) and never removes it; inside temp_dir (under pytest's tmp_path)
+    # those files go with the run instead of piling up in /tmp.
+    return dict(os.environ, BACKEND=backend, WORLD_SIZE=str(world_size), TEMP_DIR=str(temp_dir), TMPDIR=str(temp_dir),
+                PRIDE_SUITE_AS=as_,
                 PRIDE_SUITE_AS_GLOO="0", PYTORCH_PRINT_REPRO_ON_FAILURE="0", **(env_extra or {}))
 
 
