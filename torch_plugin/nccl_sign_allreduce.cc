@@ -6,8 +6,10 @@
 #include "collectives/bits/kernels.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/patterns/chunks.h"
-#include "collectives/engine/sign/direct_segment.h"
+#include "collectives/engine/sign/coded_results.h"
 #include "collectives/engine/sign/data_path.h"
+#include "collectives/engine/sign/direct_segment.h"
+#include "collectives/engine/sign/selector.h"
 #include "torch_plugin/cuda_plane_ops.h"
 #include "torch_plugin/nccl_group.h"
 
@@ -17,6 +19,53 @@ namespace {
 using patterns::chunk;
 using patterns::Range;
 
+
+// The direct algorithm's result phase when the results travel coded (trits or packed counts,
+// coded_results.h): the owner decides its chunk into `planes`, encodes it into its place in a byte
+// buffer laid out chunk-major, every owner's bytes go to every rank (ncclAllGather when the chunks are
+// all the same size, grouped send/recv otherwise), and each rank decodes the others' chunks into
+// `planes`. The same bytes, on the same slots of the buffer, as the UCX direct algorithm's.
+void coded_results(NcclCall& call, CudaPlaneOps& ops, const SignPlan& plan, const uint64_t* counts,
+                   int count_planes, size_t W, uint64_t* planes) {
+  Collective& c = call.collective();
+  const int n = c.size(), r = c.rank();
+  const Range mine = chunk(W, n, r);
+  const size_t total = coded_offset(plan, W, n, n), my_bytes = plan.result_bytes(mine.size);
+  uint8_t* coded = reinterpret_cast<uint8_t*>(ops.scratch(SignScratch::kDirectCoded, (total + 7) / 8, 0));
+  ops.finalize(plan, counts, count_planes, mine.size, planes + mine.begin, W);
+  encode_result(ops, plan, planes + mine.begin, W, mine.size, coded + coded_offset(plan, W, n, r));
+
+  const bool equal_chunks = W % size_t(n) == 0;
+  const char* what =
+      equal_chunks ? "the coded result all-gather (ncclAllGather)" : "the coded result exchange (ncclSend/ncclRecv)";
+  call.run(what, [&](NcclComm& nccl, cudaStream_t stream) {
+    if (equal_chunks) {  // in place: chunk r's bytes sit at r · my_bytes
+      nccl.check(ncclAllGather(coded + coded_offset(plan, W, n, r), coded, my_bytes, ncclUint8, nccl.get(),
+                               stream),
+                 "ncclAllGather");
+      return;
+    }
+    for (int d = 1; d < n; ++d) {
+      const int to = (r + d) % n, from = (r - d + n) % n;
+      const size_t from_bytes = plan.result_bytes(chunk(W, n, from).size);
+      if (my_bytes > 0) {
+        nccl.check(ncclSend(coded + coded_offset(plan, W, n, r), my_bytes, ncclUint8, to, nccl.get(), stream),
+                   "ncclSend");
+      }
+      if (from_bytes > 0) {
+        nccl.check(ncclRecv(coded + coded_offset(plan, W, n, from), from_bytes, ncclUint8, from, nccl.get(),
+                            stream),
+                   "ncclRecv");
+      }
+    }
+  });
+  call.count(size_t(n - 1) * my_bytes, total - my_bytes);
+  for (int j = 0; j < n; ++j) {
+    const Range ch = chunk(W, n, j);
+    if (j == r || ch.size == 0) continue;
+    decode_result(ops, plan, coded + coded_offset(plan, W, n, j), ch.size, planes + ch.begin, W);
+  }
+}
 
 void direct(NcclCall& call, CudaPlaneOps& ops, const SignPlan& plan, const uint64_t* votes, size_t W,
             uint64_t* planes) {
@@ -46,6 +95,10 @@ void direct(NcclCall& call, CudaPlaneOps& ops, const SignPlan& plan, const uint6
   // The owner counts its chunk (positional popcount over the N ballots, per counter) and decides it.
   const int count_planes = bits::planes_for(n);
   const uint64_t* counts = count_direct_chunk(ops, shards, inbox, C, W, n, r, 0);
+  if (plan.result_coding != ResultCoding::kPlanes) {
+    coded_results(call, ops, plan, counts, count_planes, W, planes);
+    return;
+  }
   // One result plane is its own chunk-major layout: the owners' chunks go straight into `planes`.
   uint64_t* results = R == 1 ? planes : ops.scratch(SignScratch::kDirectResults, size_t(R) * W, 0);
   ops.finalize(plan, counts, count_planes, mine.size, results + size_t(R) * mine.begin, mine.size);
@@ -108,14 +161,20 @@ void allgather(NcclCall& call, CudaPlaneOps& ops, const SignPlan& plan, const ui
 SignPlan nccl_sign_allreduce(Communicator& comm, NcclGroup& nccl, c10::Device device, cudaStream_t stream,
                              const uint64_t* votes, size_t numel, const SignOptions& options, uint32_t dtype_code,
                              uint64_t* planes) {
-  const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
+  SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
   const SignAlgorithm algorithm = choose_nccl_sign_algorithm(options.algorithm, Settings::get().algo, comm.rank());
+  // The direct algorithm's results travel coded as they would over UCX (PRIDE_RESULT_CODING; auto weighs
+  // the wire saved against the coding's measured CPU cost, which overstates the GPU's), so that a call
+  // puts the same bytes on the wire on either transport.
+  plan.result_coding = select_result_coding(plan, algorithm, numel, comm.num_nodes(), comm.ranks_per_core());
   Fingerprint fp;
   fp.op = kSignAllreduceOp;
   fp.dtype = dtype_code;
   fp.numel = numel;
   fp.describe = &describe_call;
-  fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(algorithm) << 16 | kFingerprintOverNccl;
+  fp.detail = uint64_t(options.mode) | uint64_t(options.votes) << 8 | uint64_t(algorithm) << 16 | kFingerprintOverNccl |
+              (plan.result_coding == ResultCoding::kTrits ? kFingerprintTritResults : 0) |
+              (plan.result_coding == ResultCoding::kCounts ? kFingerprintCountResults : 0);
   const bool is_direct = algorithm == SignAlgorithm::kDirect;
   Collective c = comm.begin("sign_allreduce", is_direct ? "nccl_direct" : "nccl_allgather", fp);
   const size_t W = bits::words_for(numel);

@@ -2,7 +2,8 @@
 //   direct:    the shards of this rank's votes go to their owners in one NCCL group of ncclSend /
 //              ncclRecv; each owner counts its chunk on the GPU and decides it (cuda_plane_ops.h's
 //              kernels); ncclAllGather returns every owner's result chunk (grouped send/recv when the
-//              chunks are not all the same size, so that no padding goes on the wire);
+//              chunks are not all the same size, so that no padding goes on the wire), as planes or
+//              coded (trits, packed counts: SignPlan::result_coding, chosen as over UCX);
 //   allgather: ncclAllGather of every rank's votes, then every rank counts the whole tensor.
 // Every byte this rank sends and receives is counted in pride.stats() under "nccl_direct" or
 // "nccl_allgather", and equals SPEC §4's formula for the algorithm. The same bits as every other path.

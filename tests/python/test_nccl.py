@@ -99,9 +99,19 @@ def _sign_over_nccl(rank, world_size, store_path, algorithm):
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 @pytest.mark.parametrize("algorithm", ["direct", "allgather"])
 def test_sign_allreduce_over_nccl_matches_the_oracle_and_the_wire_formula(world_size, algorithm):
-    # Result planes, not trits, on both transports: the byte comparison assumes the same coding.
+    # Result planes on both transports (the coded results: the next test).
     env = {"PRIDE_ALGO": algorithm, "PRIDE_RESULT_CODING": "planes"}
     run(_on_nccl, world_size, _sign_over_nccl, algorithm, env=env, deadline_s=400)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_sign_allreduce_over_nccl_with_results_packed_matches_the_oracle_and_the_wire_formula(world_size):
+    # The direct algorithm's results coded (a tie-capable vote as trits, a mean's counts packed in base
+    # N + 1 or 2N + 1), on NCCL as on UCX: the same bits, the same bytes (fewer than planes: the engine's
+    # tests check the formula). N = 2 and N = 4 chunk 4 words evenly or not (ncclAllGather, or grouped
+    # send/recv) across the sizes of _sign_over_nccl.
+    env = {"PRIDE_ALGO": "direct", "PRIDE_RESULT_CODING": "packed"}
+    run(_on_nccl, world_size, _sign_over_nccl, "direct", env=env, deadline_s=400)
 
 
 def test_standard_collectives_over_nccl_3ranks():
