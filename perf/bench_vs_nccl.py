@@ -191,7 +191,9 @@ def worker(rank, args, store_path, out_path):
     if rank == 0:
         result = side_by_side_result(args.ranks, n, times, sign_stats, gpus=gpus,
                                      device=torch.cuda.get_device_name(device),
-                                     nccl=".".join(map(str, torch.cuda.nccl.version())))
+                                     nccl=".".join(map(str, torch.cuda.nccl.version())),
+                                     # PRIDE_ALGO, PRIDE_RESULT_CODING ...: which run a line is
+                                     settings={k: v for k, v in os.environ.items() if k.startswith("PRIDE_")})
         with open(out_path, "w") as f:
             json.dump(result, f)
     dist.destroy_process_group()
@@ -203,6 +205,8 @@ def report(args, result):
     print(f"# {args.ranks} ranks on {result['gpus']} GPU(s) ({result['device']}, NCCL {result['nccl']}), "
           f"{result['numel']} fp32 elements ({result['numel'] * 4 / 2**20:.0f} MiB), median of {args.iters} "
           f"(min in brackets)")
+    if result.get("settings"):
+        print("# settings: " + " ".join(f"{k}={v}" for k, v in sorted(result["settings"].items())))
     print_side_by_side(result, "nccl all_reduce fp32", "vs nccl")
     if args.json:
         with open(args.json, "a") as f:

@@ -127,3 +127,5 @@ PRIDE_COUNT_HD inline void decode_word(const CountCode& c, const uint32_t* limbs
 }
 
 }  // namespace pride::bits::counts
+
+#undef PRIDE_COUNT_HD  // this header's alone

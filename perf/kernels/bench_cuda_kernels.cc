@@ -10,6 +10,8 @@
 //               header's copy), which counts each copied byte twice (read and written) the same way.
 //   vs same-size = the same against a copy of half the kernel's bytes (as many read + written bytes as
 //               the kernel moves), timed right after it: the target's "same-size copy".
+// The coded-result rows (encode/decode of counts and trits) have no SPEC target; they say what coding
+// costs next to the wire it saves.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/trit_coding.h"
 
 namespace {
 
@@ -105,6 +108,16 @@ int main(int argc, char** argv) {
   const int count_planes = pride::bits::planes_for(nranks);
   auto* counter = static_cast<uint64_t*>(device_random(size_t(count_planes) * plane_bytes / size_t(nranks) + 8));
   const size_t chunk_words = W / size_t(nranks);  // the owner counts its chunk of the planes
+  // Coded results (a direct call's result all-gather): a binary mean's counts in base N + 1, and a
+  // tie-capable vote's trits, over a quarter of the tensor's words (the coded rows' bytes are planes in
+  // and code out, or the reverse).
+  const pride::bits::counts::CountCode code = pride::bits::counts::make_code(uint32_t(nranks) + 1);
+  const size_t coded_words = W / 4;
+  auto* count_planes_in = static_cast<uint64_t*>(device_random(size_t(code.planes) * coded_words * 8 + 8));
+  const size_t limb_bytes = pride::bits::counts::bytes_for_words(code, coded_words);
+  auto* limbs = static_cast<uint32_t*>(device_random(limb_bytes + 8));
+  const size_t trit_bytes = pride::bits::trits::bytes_for_words(coded_words);
+  auto* trits = static_cast<uint8_t*>(device_random(trit_bytes + 8));
 
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "properties");
@@ -136,6 +149,14 @@ int main(int argc, char** argv) {
          std::vector<const uint64_t*> b(ballots.begin(), ballots.end());
          return cuda::count_planes(b.data(), nranks, chunk_words, counter, count_planes, nullptr);
        }},
+      {"encode_counts (base N+1)", double(code.planes) * double(coded_words) * 8 + double(limb_bytes),
+       [&] { return cuda::encode_counts(code, count_planes_in, coded_words, coded_words, limbs, nullptr); }},
+      {"decode_counts (base N+1)", double(code.planes) * double(coded_words) * 8 + double(limb_bytes),
+       [&] { return cuda::decode_counts(code, limbs, coded_words, count_planes_in, coded_words, nullptr); }},
+      {"encode_trits", 2.0 * double(coded_words) * 8 + double(trit_bytes),
+       [&] { return cuda::encode_trits(pos, tie, coded_words, trits, nullptr); }},
+      {"decode_trits", 2.0 * double(coded_words) * 8 + double(trit_bytes),
+       [&] { return cuda::decode_trits(trits, coded_words, pos, tie, nullptr); }},
   };
   // unpack_mean runs on n/4 elements (its three planes must fit the one-plane buffer): scale its bytes.
   rows[3].bytes = (tb + 3 * pb) / 4;

@@ -272,9 +272,13 @@ TEST(CudaTrits, EncodeAndDecodeMatchTheCpu) {
 
 TEST(CudaPackedCounts, EncodeAndDecodeMatchTheCpu) {
   SKIP_WITHOUT_GPU();
-  for (uint32_t base : {3u, 5u, 9u, 17u, 33u, 1025u}) {
+  // Powers of two (2: 32 counts a limb; 4: N = 3's binary mean) among them; 4097 and 5001 take the
+  // definition's decoder (13 planes), the others decode_counts_of_kernel<R>.
+  for (uint32_t base : {2u, 3u, 4u, 5u, 9u, 17u, 33u, 1025u, 4096u, 4097u, 5001u}) {
     const counts::CountCode code = counts::make_code(base);
-    for (size_t nwords : {size_t(1), size_t(3), size_t(13), size_t(1093)}) {
+    std::vector<size_t> sizes{1, 3, 13, 1093};
+    if (base == 5) sizes.push_back(300007);  // past one pass of the grid-stride loops
+    for (size_t nwords : sizes) {
       const size_t stride = nwords + 2, R = size_t(code.planes);
       std::vector<uint64_t> planes(R * stride, 0);
       std::mt19937_64 rng(base * 31 + nwords);
@@ -296,6 +300,21 @@ TEST(CudaPackedCounts, EncodeAndDecodeMatchTheCpu) {
       finish(cuda::decode_counts(code, static_cast<const uint32_t*>(dlimbs.get()), nwords, dout.words(), stride, nullptr));
       EXPECT_EQ(dout.read<uint64_t>(R * stride), planes) << "decode, base " << base << " nwords " << nwords;
     }
+  }
+}
+
+TEST(CudaPackedCounts, ACodeNotMadeByMakeCodeIsRefused) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer dplanes(std::vector<uint64_t>(64, 0)), dlimbs(nullptr, 64 * 4);
+  counts::CountCode no_magic = counts::make_code(5);
+  no_magic.magic = 0;
+  counts::CountCode too_many_planes = counts::make_code(5);
+  too_many_planes.planes = 40;
+  for (const counts::CountCode& code : {counts::CountCode{}, no_magic, too_many_planes}) {
+    EXPECT_EQ(cuda::encode_counts(code, dplanes.words(), 1, 1, static_cast<uint32_t*>(dlimbs.get()), nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::decode_counts(code, static_cast<const uint32_t*>(dlimbs.get()), 1, dplanes.words(), 1, nullptr),
+              cudaErrorInvalidValue);
   }
 }
 

@@ -54,7 +54,8 @@ cudaError_t encode_trits(const uint64_t* pos, const uint64_t* tie, size_t nwords
 cudaError_t decode_trits(const uint8_t* in, size_t nwords, uint64_t* pos, uint64_t* tie, cudaStream_t stream);
 
 // ---- Mean results as counts packed in base B (count_coding.h; as bits/packed_counts.h) ------------
-// code.planes planes, `stride` words apart, nwords words each.
+// code.planes planes, `stride` words apart, nwords words each. A code that counts::make_code did not
+// make: cudaErrorInvalidValue.
 cudaError_t encode_counts(const counts::CountCode& code, const uint64_t* planes, size_t stride, size_t nwords,
                           uint32_t* out, cudaStream_t stream);
 cudaError_t decode_counts(const counts::CountCode& code, const uint32_t* in, size_t nwords, uint64_t* planes,
