@@ -65,6 +65,14 @@ std::string describe_sign(const Fingerprint& f) {
                      detail >> 24, coding, f.detail & kFingerprintPackedNodeCounts ? ", node counts packed" : "");
 }
 
+std::string describe_level_vote(const Fingerprint& f) {
+  // detail: max_level | the coding bits (level_vote.cc).
+  const uint64_t level = f.detail & ~(kFingerprintTritResults | kFingerprintCountResults);
+  return fmt::format("level_vote int8 numel {} levels +-{}{}{}", f.numel, level,
+                     f.detail & kFingerprintCountResults ? ", levels packed" : "",
+                     f.detail & kFingerprintTritResults ? ", results as trits" : "");
+}
+
 }  // namespace
 
 std::string describe_call(const Fingerprint& f) {
@@ -73,7 +81,7 @@ std::string describe_call(const Fingerprint& f) {
   std::string call = f.op == kSignAllreduceOp ? describe_sign(plain)
                      : f.op == kOnebitAllreduceOp
                          ? fmt::format("compressed_allreduce (1-bit, error feedback) {} numel {}", sign_input(f.dtype), f.numel)
-                     : f.op == kLevelVoteOp ? fmt::format("level_vote int8 numel {} levels +-{}", f.numel, plain.detail)
+                     : f.op == kLevelVoteOp ? describe_level_vote(plain)
                                             : describe_standard(plain);
   if (call.empty()) call = fmt::format("op {:#x} dtype {} numel {} detail {:#x}", f.op, f.dtype, f.numel, f.detail);
   if (f.detail & kFingerprintOverNccl) call += " over NCCL";

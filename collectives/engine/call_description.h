@@ -25,7 +25,8 @@ constexpr uint32_t kSignInputOptimizerBucket = 0x11;
 constexpr uint64_t kFingerprintOverNccl = uint64_t(1) << 62;
 // Set in the detail of a sign-allreduce whose result chunks travel coded (SignPlan::result_coding):
 // ranks that chose differently disagree before anything is sent. Printed as "results as trits" and
-// "results as packed counts".
+// "results as packed counts". The level vote (LevelCoding) sets them for its trit results and its
+// packed levels: "results as trits", "levels packed".
 constexpr uint64_t kFingerprintTritResults = uint64_t(1) << 61;
 constexpr uint64_t kFingerprintCountResults = uint64_t(1) << 60;
 // Set in the detail of a hierarchical sign-allreduce whose node counts travel packed

@@ -3,12 +3,16 @@
 // around word and chunk edges, with the extreme levels and exact ties (sums of zero) present.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "backend/common/error.h"
+#include "backend/common/settings.h"
+#include "collectives/bits/count_coding.h"
 #include "collectives/bits/levels.h"
+#include "collectives/bits/trit_coding.h"
 #include "collectives/engine/compressed/level_vote.h"
 #include "tests/engine/rank_threads.h"
 
@@ -45,11 +49,25 @@ std::vector<int8_t> oracle(const std::vector<std::vector<int8_t>>& q) {
   return want;
 }
 
-TEST(LevelVote, EveryRankGetsTheSignOfTheInt32Sum) {
+// PRIDE_RESULT_CODING for the body of a test, then back to the default.
+struct ScopedCoding {
+  explicit ScopedCoding(const char* coding) {
+    setenv("PRIDE_RESULT_CODING", coding, 1);
+    Settings::reload();
+  }
+  ~ScopedCoding() {
+    unsetenv("PRIDE_RESULT_CODING");
+    Settings::reload();
+  }
+};
+
+void check_against_the_oracle(std::initializer_list<int> levels_of_n_ranks_extra) {
   for (int n : {1, 2, 3, 4, 5}) {
     // 127 at any N: the API allows it (the caller keeps sums in range), and at N = 4 the owner's counter
     // needs planes_for(4 · 254) = 10 planes.
-    for (int s : {1, 127 / n, 127}) {
+    std::vector<int> levels{1, 127 / n, 127};
+    levels.insert(levels.end(), levels_of_n_ranks_extra);
+    for (int s : levels) {
       for (size_t numel : {size_t(1), size_t(5), size_t(63), size_t(64), size_t(65), size_t(300), size_t(4099)}) {
         SCOPED_TRACE(::testing::Message() << n << " ranks, max level " << s << ", numel " << numel);
         const auto q = random_levels(n, numel, s, unsigned(97 * n + 13 * s) + unsigned(numel));
@@ -69,7 +87,20 @@ TEST(LevelVote, EveryRankGetsTheSignOfTheInt32Sum) {
   }
 }
 
+TEST(LevelVote, EveryRankGetsTheSignOfTheInt32Sum) {
+  ScopedCoding planes("planes");
+  check_against_the_oracle({});
+}
+
+// The same with both phases coded: the results as trits, the levels in base 2s + 1 where that packs
+// better (s = 1, 2, 4, 32 below; not 127 / N for N = 2 … 5, nor 127, which travel as planes).
+TEST(LevelVote, CodedPhasesGiveTheSameSigns) {
+  ScopedCoding packed("packed");
+  check_against_the_oracle({2, 4, 32});
+}
+
 TEST(LevelVote, SendsItsPlanesAndTwoResultPlanes) {
+  ScopedCoding planes("planes");
   constexpr int n = 4, s = 31;
   constexpr size_t numel = size_t(1) << 16;
   std::vector<uint64_t> sent(n);
@@ -83,6 +114,65 @@ TEST(LevelVote, SendsItsPlanesAndTwoResultPlanes) {
   EXPECT_DOUBLE_EQ(formula, 0.75 * (6 + 2));  // six planes at s = 31, then the +1 and tie planes
   // Plus the range agreement: 4 bytes riding in each of the fingerprint check's log2(4) = 2 messages.
   for (int i = 0; i < n; ++i) EXPECT_EQ(double(sent[i]), formula * numel / 8 + 2 * 4) << "rank " << i;
+}
+
+// Each phase coded alone and both, measured to the byte: the levels' chunks in whole limbs, the results'
+// in whole trit bytes, where the formula gives their density.
+TEST(LevelVote, CodedPhasesSendWhatTheirCodesCost) {
+  constexpr int n = 4;
+  constexpr size_t numel = size_t(1) << 16;  // 1024 words, chunks of 256
+  for (int s : {1, 31}) {
+    for (const char* setting : {"trits", "counts", "packed"}) {
+      ScopedCoding coding(setting);
+      const LevelCoding chosen = select_level_coding(n, s, numel, 1, 1.0);
+      EXPECT_EQ(chosen.trit_results, std::string(setting) != "counts") << setting;
+      EXPECT_EQ(chosen.packed_levels, s == 1 && std::string(setting) != "trits") << setting << " s " << s;
+      std::vector<uint64_t> sent(n);
+      run_ranks(n, [&](Communicator& comm) {
+        std::vector<int8_t> q(numel);
+        for (size_t k = 0; k < numel; ++k) q[k] = int8_t(int(k * 7 + size_t(comm.rank())) % (2 * s + 1) - s);
+        comm.reset_traffic();
+        level_vote(comm, q.data(), numel, s);
+        sent[size_t(comm.rank())] = comm.traffic().at("level_direct").bytes_sent;
+      });
+      const size_t chunk_words = 256;
+      const size_t levels = chosen.packed_levels ? bits::counts::bytes_for_words(bits::counts::make_code(3), chunk_words)
+                                                 : size_t(bits::level_planes(s)) * chunk_words * 8;
+      const size_t results = chosen.trit_results ? bits::trits::bytes_for_words(chunk_words) : 2 * chunk_words * 8;
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(sent[i], 3 * levels + 3 * results + 2 * 4) << setting << " s " << s << " rank " << i;
+        EXPECT_NEAR(double(sent[i] - 8) * 8 / double(numel), level_vote_wire_bits(n, s, chosen), 0.005)
+            << setting << " s " << s;
+      }
+    }
+  }
+  // Levels ±1 at N = 4 with both coded: 2.4 bits per element instead of 3.
+  EXPECT_DOUBLE_EQ(level_vote_wire_bits(4, 1, {true, true}), 0.75 * (1.6 + 1.6));
+  EXPECT_DOUBLE_EQ(level_vote_wire_bits(4, 1), 3.0);
+}
+
+// Auto codes where the link saves more time than coding costs; a level whose base packs no better never.
+TEST(LevelVote, CodingChosenWhereItSavesTime) {
+  const size_t numel = size_t(1) << 22;
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "0.2", 1);
+  {
+    ScopedCoding coding("auto");
+    const LevelCoding slow = select_level_coding(4, 1, numel, 4, 1.0);
+    EXPECT_TRUE(slow.trit_results);
+    EXPECT_TRUE(slow.packed_levels);
+    EXPECT_FALSE(select_level_coding(4, 31, numel, 4, 1.0).packed_levels);  // base 63: 6.4 bits, not 6
+    EXPECT_TRUE(select_level_coding(4, 31, numel, 4, 1.0).trit_results);
+    EXPECT_FALSE(select_level_coding(1, 1, numel, 1, 1.0).trit_results);  // nothing travels
+  }
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);
+  {
+    ScopedCoding coding("auto");
+    const LevelCoding fast = select_level_coding(4, 1, numel, 4, 1.0);
+    EXPECT_FALSE(fast.trit_results);
+    EXPECT_FALSE(fast.packed_levels);
+  }
+  unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
+  Settings::reload();
 }
 
 TEST(LevelVote, ValuesOutOfRangeFailOnEveryRankNamingTheRank) {

@@ -55,7 +55,7 @@ def test_silent_rank_times_out_naming_the_peer():
 def _mismatch(rank, world, store_path, what):
     import os
 
-    if what == "coding":  # one rank sends its results packed, the others as planes
+    if what in ("coding", "level_coding"):  # one rank codes what it sends, the others send planes
         os.environ["PRIDE_RESULT_CODING"] = "packed" if rank == 1 else "planes"
         os.environ["PRIDE_ALGO"] = "direct"
     import pride
@@ -69,10 +69,14 @@ def _mismatch(rank, world, store_path, what):
             # (base 7) is packed on rank 1 only, and the fingerprint check stops it before any byte moves.
             pride.sign_allreduce(torch.ones(1 << 16), mode="mean")
             pride.sign_allreduce(torch.ones(1 << 16), mode="mean", votes="ternary")
+        elif what == "level_coding":  # levels ±1: packed in base 3 and results as trits on rank 1 only
+            pride.level_vote(torch.ones(1 << 16, dtype=torch.int8), 1)
         else:
             pride.sign_allreduce(torch.ones(100), mode="mean" if rank == 1 else "vote")
     if what == "coding":  # the message says why: one side's call carries its coding
         assert "results as packed counts" in str(err.value) and "mean ternary" in str(err.value), str(err.value)
+    if what == "level_coding":
+        assert "levels +-1, levels packed, results as trits" in str(err.value), str(err.value)
     # every rank raised; the group is still consistent and usable
     t = torch.ones(4)
     dist.all_reduce(t)
@@ -80,7 +84,7 @@ def _mismatch(rank, world, store_path, what):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("what", ["numel", "mode", "coding"])
+@pytest.mark.parametrize("what", ["numel", "mode", "coding", "level_coding"])
 def test_mismatched_calls_fail_on_every_rank(what):
     run(_mismatch, 3, what, deadline_s=60)
 

@@ -110,6 +110,9 @@ def level_vote(q, max_level, group=None, async_op=False):
     an int8 SUM allreduce followed by ``torch.sign``, at (N-1)/N · (planes + 2) bits per element, where
     planes = ceil(log2(2·max_level + 1)) (6 bits at N = 4, against the int8 ring's 12): each rank's
     levels travel as bit planes to the owner of their chunk, which sums them with bit-sliced counters.
+    PRIDE_RESULT_CODING codes either phase as for sign_allreduce: the results as trits (1.6 bits for
+    2), the levels in base 2·max_level + 1 where that packs better (levels ±1: 1.6 bits for 2, so 2.4
+    bits per element at N = 4 instead of 3).
     CPU or CUDA tensors (CUDA ones staged through pinned host memory). Returns a Work when ``async_op``.
     """
     if _not_a_member(group):

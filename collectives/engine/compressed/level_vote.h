@@ -15,6 +15,12 @@
 // 6 bits against the int8 ring's 2(N−1)/N · 8 = 12: 9/16 of the ring's bytes at N = 2 and 3 (s = 63, 42:
 // seven planes), 8/16 at N = 4 to 7, less from N = 8 on, 4/16 for levels ±1. Every rank's result is the
 // same bits.
+//
+// Either phase can travel coded (LevelCoding), as the sign-allreduce's results do (sign_plan.h): the
+// owners' +1 and tie planes as trits, 1.6 bits for 2 (trit_coding.h), and the levels u as base-(2s + 1)
+// digits (count_coding.h: u is a count of 2s + 1 values) where that packs better than their planes:
+// s = 1: 1.6 bits for 2, s = 2: 2.46 for 3, s = 4: 3.2 for 4, s = 32: 6.4 for 7; not s = 7, 15, 31 or
+// the s = ⌊127/N⌋ of N = 2 … 5. Levels ±1 at N = 4: 2.4 bits per element instead of 3.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +38,21 @@ namespace pride {
 // for its messages (a TimeoutError naming it).
 void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level);
 
-// Bits one rank sends per element: (N−1)/N · (level_planes(max_level) + 2), as a formula for tests and
-// benchmarks.
-double level_vote_wire_bits(int size, int max_level);
+// How the two phases travel. Chosen by select_level_coding, the same on every rank (and in the
+// fingerprint: ranks that chose differently disagree before anything is sent).
+struct LevelCoding {
+  bool packed_levels = false;  // the levels as base-(2s + 1) digits; only where they pack better
+  bool trit_results = false;   // the owners' +1 and tie planes as trits
+};
+
+// PRIDE_RESULT_CODING, as for the sign-allreduce: `planes` neither, `trits` the results, `counts` the
+// levels (where they pack better), `packed` both, `auto` each where the cost model's link saves more
+// wire time than the coding costs on the CPU (sign/selector.h's measured constants).
+LevelCoding select_level_coding(int size, int max_level, size_t numel, int num_nodes, double ranks_per_core);
+
+// Bits one rank sends per element: (N−1)/N · (level_planes(max_level) + 2) as planes, with each coded
+// phase at its code's density, as a formula for tests and benchmarks (chunks round it up to whole
+// trit bytes and limbs).
+double level_vote_wire_bits(int size, int max_level, const LevelCoding& coding = {});
 
 }  // namespace pride
