@@ -68,8 +68,13 @@ def step_kind(config, opt, step):
     return opt.aggregation
 
 
+def selected(args):
+    """The configs to run: --configs, G-Lion (the baseline) always first."""
+    return ("G-Lion",) + tuple(c for c in CONFIGS[1:] if args.configs is None or c in args.configs)
+
+
 def worker(rank, args, store_path, out_path):
-    optimizer_worker(rank, args, store_path, out_path, CONFIGS, make_optimizer, step_kind, {"G-Lion"})
+    optimizer_worker(rank, args, store_path, out_path, selected(args), make_optimizer, step_kind, {"G-Lion"})
 
 
 def report(args, result):
@@ -78,7 +83,7 @@ def report(args, result):
           f"averaged every {args.sync_every} steps or on doubling_k={args.sync_doubling_k}; bytes sent per rank")
     print_optimizer_table(c, KINDS, args.numel, args.steps)
     lion = c["G-Lion"]
-    for name in CONFIGS[1:]:
+    for name in selected(args)[1:]:
         r = c[name]
         print(f"{name} vs G-Lion: {lion['bytes_sent'] / r['bytes_sent']:.2f}x less volume, "
               f"{lion['ms_per_step'] / r['ms_per_step']:.2f}x faster per step (Lion Cub's claim: up to 5x "
@@ -99,11 +104,17 @@ def main():
                         "momentum_sync_freq)")
     p.add_argument("--sync-doubling-k", type=int, default=16,
                    help="Cub L1 doubling: k of the doubling schedule, T_{j+1} = floor(T_j + 2^(j/k)) (default 16)")
+    p.add_argument("--configs", type=lambda text: [c.strip() for c in text.split(",")],
+                   help="comma-separated configs to run besides G-Lion, the baseline (default: all of "
+                        + ", ".join(CONFIGS[1:]) + ")")
     p.add_argument("--json", help="also write the result here")
     p.add_argument("--env", action="store_true", help=ENV_HELP)
     args = p.parse_args()
     if args.steps < 2 or args.numel < 4 or args.sync_every < 1 or args.sync_doubling_k < 1:
         p.error("--steps >= 2, --numel >= 4, --sync-every >= 1 and --sync-doubling-k >= 1")
+    unknown = [c for c in args.configs or [] if c not in CONFIGS]
+    if unknown:
+        p.error(f"--configs: unknown {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
     return launch(worker, args, report)
 
 
