@@ -181,3 +181,14 @@ def test_bench_lion_cub_counts_each_configs_bytes(tmp_path):
     assert abs(per_step["Cub levels sign"] - 0.5 * 4 / 8) < 0.01, per_step
     assert abs(per_step["Cub L1 levels every K"] - (0.5 * 9 / 8 + 4 * (steps // every) / steps)) < 0.01, per_step
     assert configs["Cub L1 levels every K"]["steps_by_kind"].get("levels+sync") == steps // every
+
+
+def test_bench_lion_cub_runs_the_configs_asked_for_next_to_its_baseline(tmp_path):
+    out = run("bench_lion_cub.py", "--ranks", "2", "--steps", "3", "--numel", "4096", "--configs",
+              "Cub levels sign", "--json", str(tmp_path / "r.json"))
+    configs = json.loads((tmp_path / "r.json").read_text())["configs"]
+    assert list(configs) == ["G-Lion", "Cub levels sign"], configs
+    assert "Cub levels sign vs G-Lion" in out and "D-Lion MaVo" not in out, out
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_lion_cub.py"), "--configs", "Cub huge"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown Cub huge" in bad.stderr, bad.stderr
