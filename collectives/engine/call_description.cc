@@ -67,7 +67,7 @@ std::string describe_sign(const Fingerprint& f) {
 
 std::string describe_level_vote(const Fingerprint& f) {
   // detail: max_level | the coding bits (level_vote.cc).
-  const uint64_t level = f.detail & ~(kFingerprintTritResults | kFingerprintCountResults);
+  const int32_t level = int32_t(uint32_t(f.detail));
   return fmt::format("level_vote int8 numel {} levels +-{}{}{}", f.numel, level,
                      f.detail & kFingerprintCountResults ? ", levels packed" : "",
                      f.detail & kFingerprintTritResults ? ", results as trits" : "");

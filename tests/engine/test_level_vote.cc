@@ -128,13 +128,15 @@ TEST(LevelVote, CodedPhasesSendWhatTheirCodesCost) {
       EXPECT_EQ(chosen.trit_results, std::string(setting) != "counts") << setting;
       EXPECT_EQ(chosen.packed_levels, s == 1 && std::string(setting) != "trits") << setting << " s " << s;
       std::vector<uint64_t> sent(n);
+      auto q = random_levels(n, numel, s, unsigned(s) * 7 + unsigned(setting[0]));
+      const std::vector<int8_t> want = oracle(q);
       run_ranks(n, [&](Communicator& comm) {
-        std::vector<int8_t> q(numel);
-        for (size_t k = 0; k < numel; ++k) q[k] = int8_t(int(k * 7 + size_t(comm.rank())) % (2 * s + 1) - s);
+        auto& mine = q[size_t(comm.rank())];
         comm.reset_traffic();
-        level_vote(comm, q.data(), numel, s);
+        level_vote(comm, mine.data(), numel, s);
         sent[size_t(comm.rank())] = comm.traffic().at("level_direct").bytes_sent;
       });
+      for (int i = 0; i < n; ++i) ASSERT_EQ(q[size_t(i)], want) << setting << " s " << s << " rank " << i;
       const size_t chunk_words = 256;
       const size_t levels = chosen.packed_levels ? bits::counts::bytes_for_words(bits::counts::make_code(3), chunk_words)
                                                  : size_t(bits::level_planes(s)) * chunk_words * 8;
@@ -163,6 +165,7 @@ TEST(LevelVote, CodingChosenWhereItSavesTime) {
     EXPECT_FALSE(select_level_coding(4, 31, numel, 4, 1.0).packed_levels);  // base 63: 6.4 bits, not 6
     EXPECT_TRUE(select_level_coding(4, 31, numel, 4, 1.0).trit_results);
     EXPECT_FALSE(select_level_coding(1, 1, numel, 1, 1.0).trit_results);  // nothing travels
+    EXPECT_TRUE(select_level_coding(4, 1, numel, 2, 2.0).trit_results);  // two nodes of two ranks, two ranks a core
   }
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);
   {

@@ -122,7 +122,8 @@ void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
   const bool within = valid_level && bits::levels_within(q, numel, max_level);
   FirstOutOfRange bad(within ? INT32_MAX : r);
   const LevelCoding coding = select_level_coding(n, max_level, numel, comm.num_nodes(), comm.ranks_per_core());
-  const uint64_t detail = uint64_t(max_level) | (coding.packed_levels ? kFingerprintCountResults : 0) |
+  // The level in the low 32 bits (a negative one must not reach the flag bits above them).
+  const uint64_t detail = uint64_t(uint32_t(max_level)) | (coding.packed_levels ? kFingerprintCountResults : 0) |
                           (coding.trit_results ? kFingerprintTritResults : 0);
   Collective c = comm.begin("level_vote", "level_direct",
                             Fingerprint{0, kLevelVoteOp, uint32_t(bits::DType::kInt8), numel, detail, &describe_call},

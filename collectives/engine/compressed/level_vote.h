@@ -19,8 +19,9 @@
 // Either phase can travel coded (LevelCoding), as the sign-allreduce's results do (sign_plan.h): the
 // owners' +1 and tie planes as trits, 1.6 bits for 2 (trit_coding.h), and the levels u as base-(2s + 1)
 // digits (count_coding.h: u is a count of 2s + 1 values) where that packs better than their planes:
-// s = 1: 1.6 bits for 2, s = 2: 2.46 for 3, s = 4: 3.2 for 4, s = 32: 6.4 for 7; not s = 7, 15, 31 or
-// the s = ⌊127/N⌋ of N = 2 … 5. Levels ±1 at N = 4: 2.4 bits per element instead of 3.
+// s = 1: 1.6 bits for 2, s = 2: 2.46 for 3, s = 4: 3.2 for 4, s = 32: 6.4 for 7 (s = 1–5, 8–11, 16–19
+// and 32–41 pack; no other s, so not the s = ⌊127/N⌋ of N = 2 … 5). Levels ±1 at N = 4: 2.4 bits per
+// element instead of 3.
 #pragma once
 
 #include <cstddef>
