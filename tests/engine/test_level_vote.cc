@@ -138,8 +138,9 @@ TEST(LevelVote, CodedPhasesSendWhatTheirCodesCost) {
       });
       for (int i = 0; i < n; ++i) ASSERT_EQ(q[size_t(i)], want) << setting << " s " << s << " rank " << i;
       const size_t chunk_words = 256;
-      const size_t levels = chosen.packed_levels ? bits::counts::bytes_for_words(bits::counts::make_code(3), chunk_words)
-                                                 : size_t(bits::level_planes(s)) * chunk_words * 8;
+      const size_t levels = chosen.packed_levels
+                                ? bits::counts::bytes_for_words(bits::counts::make_code(3), chunk_words)
+                                : size_t(bits::level_planes(s)) * chunk_words * 8;
       const size_t results = chosen.trit_results ? bits::trits::bytes_for_words(chunk_words) : 2 * chunk_words * 8;
       for (int i = 0; i < n; ++i) {
         EXPECT_EQ(sent[i], 3 * levels + 3 * results + 2 * 4) << setting << " s " << s << " rank " << i;

@@ -2,8 +2,9 @@
 // plane) to decode, so no two threads write the same limb or word (no atomics). The definition's
 // arithmetic: no tables, whose random lookups would cost more than the divisions on a GPU. The decoder
 // is the definition's decode_word with the plane count R a template parameter (R <= 12: bases up to
-// 4096, every mean of up to 2047 ranks; the definition itself beyond), so that its R words and R digit groups live in registers
-// rather than in 32-entry arrays indexed at run time (local memory, read and written per digit).
+// 4096, every mean of up to 2047 ranks; the definition itself beyond), so that its R words and R digit
+// groups live in registers rather than in 32-entry arrays indexed at run time (local memory, read and
+// written per digit).
 #include "collectives/bits/count_coding.h"
 #include "collectives/bits/cuda/device_elements.cuh"
 #include "collectives/bits/cuda/kernels.h"
