@@ -50,14 +50,10 @@ size_t level_bytes(const bits::counts::CountCode& code, size_t W, int n, int j) 
   return bits::counts::bytes_for_words(code, chunk(W, n, j).size);
 }
 size_t level_offset(const bits::counts::CountCode& code, size_t W, int n, int j) {
-  size_t offset = 0;
-  for (int i = 0; i < j; ++i) offset += level_bytes(code, W, n, i);
-  return offset;
+  return patterns::chunk_offset(W, n, j, [&](size_t words) { return bits::counts::bytes_for_words(code, words); });
 }
 size_t trit_offset(size_t W, int n, int j) {
-  size_t offset = 0;
-  for (int i = 0; i < j; ++i) offset += bits::trits::bytes_for_words(chunk(W, n, i).size);
-  return offset;
+  return patterns::chunk_offset(W, n, j, bits::trits::bytes_for_words);
 }
 
 // The first rank whose values are out of range, agreed inside the fingerprint check (INT_MAX: none).

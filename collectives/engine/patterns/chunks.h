@@ -19,4 +19,14 @@ inline Range chunk(size_t total, int parts, int index) {
   return {begin, end - begin};
 }
 
+// Where chunk `index` starts when every chunk is coded into bytes_of(its size) bytes (trits, packed
+// counts: sizes that are not proportional to the chunk's) and the chunks lie back to back in rank
+// order. chunk_offset(total, parts, parts, bytes_of) is the whole buffer's size.
+template <class BytesOf>
+size_t chunk_offset(size_t total, int parts, int index, BytesOf&& bytes_of) {
+  size_t offset = 0;
+  for (int i = 0; i < index; ++i) offset += bytes_of(chunk(total, parts, i).size);
+  return offset;
+}
+
 }  // namespace pride::patterns

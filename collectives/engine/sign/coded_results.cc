@@ -5,9 +5,7 @@
 namespace pride {
 
 size_t coded_offset(const SignPlan& plan, size_t W, int n, int j) {
-  size_t offset = 0;
-  for (int i = 0; i < j; ++i) offset += plan.result_bytes(patterns::chunk(W, n, i).size);
-  return offset;
+  return patterns::chunk_offset(W, n, j, [&](size_t words) { return plan.result_bytes(words); });
 }
 
 void encode_result(PlaneOps& ops, const SignPlan& plan, const uint64_t* planes, size_t stride, size_t nwords,

@@ -122,9 +122,10 @@ void HierRailsSegment::post_packed_counts() {
   const int C = plan_.counters, me = nodes_.my_node;
   Workspace& ws = c_.workspace();
   node_code_ = bits::counts::make_code(uint32_t(L_) + 1);
-  std::vector<size_t> offset(size_t(M_) + 1, 0);
-  for (int j = 0; j < M_; ++j) {
-    offset[size_t(j) + 1] = offset[size_t(j)] + packed_piece_bytes(chunk(part_.size, M_, j).size);
+  std::vector<size_t> offset(size_t(M_) + 1);
+  for (int j = 0; j <= M_; ++j) {
+    offset[size_t(j)] =
+        patterns::chunk_offset(part_.size, M_, j, [this](size_t words) { return packed_piece_bytes(words); });
   }
   uint8_t* out = reinterpret_cast<uint8_t*>(
       sign_scratch(ws, SignScratch::kHierCountsCoded, (offset[size_t(M_)] + 7) / 8, instance_));
