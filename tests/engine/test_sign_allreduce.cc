@@ -286,8 +286,13 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   Settings::reload();
   EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kTrits);
   EXPECT_EQ(choose(SignPlan::make(2, SignMode::kVote, VoteKind::kBinary), SignAlgorithm::kHier, 2),
-            ResultCoding::kPlanes);  // one rank per node: it codes all of it, and the saving does not pay
+            ResultCoding::kTrits);  // 0.2 ns of wire saved per element, 0.1 of coding
   EXPECT_TRUE(select_packed_node_counts(even, SignAlgorithm::kHier, n, 2));  // base 3: 0.4 bits saved, cheap to code
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "5", 1);
+  Settings::reload();
+  EXPECT_EQ(choose(SignPlan::make(2, SignMode::kVote, VoteKind::kBinary), SignAlgorithm::kHier, 2),
+            ResultCoding::kPlanes);  // one rank per node: it codes all of it, and 0.04 ns saved does not pay
+  EXPECT_EQ(choose(even, SignAlgorithm::kHier, 2), ResultCoding::kPlanes);  // two ranks share 0.1 ns: 0.04 saved
   setenv("PRIDE_LINK_BANDWIDTH_GBPS", "400", 1);  // fast links: coding costs more than it saves
   Settings::reload();
   EXPECT_EQ(choose(even), ResultCoding::kPlanes);

@@ -63,6 +63,41 @@ TEST(Trits, EncodeMatchesTheDefinitionAndDecodesBackExactly) {
   }
 }
 
+// Planes whose pos and tie bits overlap (never written by SignPlan::finalize): pos wins, as encode5's
+// digit says, in the five-word blocks and in the words past them alike.
+TEST(Trits, PosWinsWhereBothBitsAreSet) {
+  for (size_t nwords : {size_t(3), size_t(5), size_t(12)}) {
+    std::mt19937_64 rng(nwords);
+    std::vector<uint64_t> pos(nwords), tie(nwords);
+    for (size_t w = 0; w < nwords; ++w) {
+      pos[w] = rng();
+      tie[w] = rng() | pos[w];  // every pos bit also a tie bit
+    }
+    std::vector<uint8_t> bytes(trits::bytes_for_words(nwords));
+    encode_trits(pos.data(), tie.data(), nwords, bytes.data());
+    ASSERT_EQ(bytes, oracle_bytes(pos, tie)) << "nwords " << nwords;
+  }
+}
+
+// Every byte value, 0 … 255 (243 … 255 are never written), at every position of a range long enough
+// to have whole five-word blocks and words past them: the digits of its base-3 expansion, each mod 3.
+TEST(Trits, EveryByteValueDecodesToItsDigitsAtEveryPosition) {
+  const size_t nwords = 13;
+  std::vector<uint8_t> bytes(trits::bytes_for_words(nwords));
+  for (int shift = 0; shift < 256; shift += 37) {
+    for (size_t b = 0; b < bytes.size(); ++b) bytes[b] = uint8_t(b * 7 + size_t(shift));
+    std::vector<uint64_t> pos(nwords, ~uint64_t(0)), tie(nwords, ~uint64_t(0));
+    decode_trits(bytes.data(), nwords, pos.data(), tie.data());
+    for (size_t e = 0; e < nwords * 64; ++e) {
+      int rest = bytes[e / 5];
+      for (size_t k = 0; k < e % 5; ++k) rest /= 3;
+      const int digit = rest % 3;
+      ASSERT_EQ(bit(pos, e), digit == 2) << "byte " << int(bytes[e / 5]) << " element " << e;
+      ASSERT_EQ(bit(tie, e), digit == 1) << "byte " << int(bytes[e / 5]) << " element " << e;
+    }
+  }
+}
+
 TEST(Trits, EveryByteValueDecodesToItsDigits) {
   // One word per byte value: the byte in position 0 holds elements 0..4.
   for (int value = 0; value < 256; ++value) {

@@ -37,12 +37,13 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
 // per rank of a node whose ranks share its link; (M − 1)/M per node for hier), against the CPU time of
 // encoding this rank's chunk and decoding everyone's: per element of the tensor (M/N of it on hier's
 // rails, where a node's ranks share the coding), times ranks_per_core where ranks share cores.
-// The rates are bench_kernels' on the development host (docs/performance.md): trits encode and decode
-// at ~3.4 G elements/s each; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns
+// The rates are bench_kernels' on the development host (docs/performance.md): trits encode at ~10 and
+// decode at ~20 G elements/s, 0.06–0.08 ns per element of the tensor (1/N of it encoded, the rest
+// decoded), rounded up to 0.1 for slower hosts; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns
 // per element of an N = 4 tensor (a quarter encoded, three quarters decoded), base 9 at 3.3 and 1.6,
 // 0.53 ns. The model charges the coding in full, as if the pipeline hid none of it: a floor, since at
 // 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
-constexpr double kTritCodingNsPerElement = 0.3;
+constexpr double kTritCodingNsPerElement = 0.1;
 constexpr double kCountCodingNsPerElement = 0.4;
 // Encoding and decoding one element's count together, per bit of log2(B): bench_kernels gives 0.32 ns
 // at B = 3, 0.58 at B = 5, 0.88 at B = 9 (0.20, 0.25, 0.28 per bit); the largest is taken.
