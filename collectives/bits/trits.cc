@@ -1,27 +1,38 @@
 #include "collectives/bits/trits.h"
 
 #include <array>
-#include <cstring>
 
 namespace pride::bits {
 namespace {
 
 // Five plane words hold 320 elements, exactly 64 trit bytes: the words of a range go five at a time
-// (a block), each block's bytes in eight groups of eight bytes (40 elements). On a little-endian
-// machine a plane is a bit stream in byte order (element e is bit e % 8 of byte e / 8), so the 40
-// elements of group i start at byte 5i of the block's words, and a group is one unaligned 64-bit load.
-// The words past the last whole block (at most four) take the definition (trit_coding.h).
+// (a block), each block's bytes in eight groups of eight bytes (40 elements, bits 40i … 40i+39 of the
+// block). A group is cut from the words, or put back into them, with shifts alone. The words past
+// the last whole block (at most four) take the definition (trit_coding.h).
 constexpr size_t kBlockWords = 5;
 constexpr size_t kBlockBytes = kBlockWords * 64 / trits::kPerByte;  // 64
 constexpr size_t kGroups = 8;
 constexpr uint64_t kLow40 = (uint64_t(1) << 40) - 1;
-constexpr uint64_t kByteLowBits = 0x0101010101010101ull;
-constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 
-uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+// The eight 40-bit groups of five words.
+void cut_groups(const uint64_t* w, uint64_t* g) {
+  g[0] = w[0] & kLow40;
+  g[1] = (w[0] >> 40 | w[1] << 24) & kLow40;
+  g[2] = (w[1] >> 16) & kLow40;
+  g[3] = (w[1] >> 56 | w[2] << 8) & kLow40;
+  g[4] = (w[2] >> 32 | w[3] << 32) & kLow40;
+  g[5] = (w[3] >> 8) & kLow40;
+  g[6] = (w[3] >> 48 | w[4] << 16) & kLow40;
+  g[7] = w[4] >> 24;
+}
+
+// The inverse: five words from eight groups of 40 bits (nothing above bit 39 in any).
+void join_groups(const uint64_t* g, uint64_t* w) {
+  w[0] = g[0] | g[1] << 40;
+  w[1] = g[1] >> 24 | g[2] << 16 | g[3] << 56;
+  w[2] = g[3] >> 8 | g[4] << 32;
+  w[3] = g[4] >> 32 | g[5] << 8 | g[6] << 48;
+  w[4] = g[6] >> 16 | g[7] << 24;
 }
 
 // 40 bits into eight bytes of five bits each (bits 5j … 5j+4 to byte j), by halving: two 20-bit
@@ -36,6 +47,7 @@ uint64_t spread5(uint64_t x) {
 // down, in every byte at once. Every partial value is at most 242 (pos and tie never both set, since
 // pos wins, as in encode5), so no byte carries into the next.
 uint64_t encode_group(uint64_t pos5, uint64_t tie5) {
+  constexpr uint64_t kByteLowBits = 0x0101010101010101ull;
   tie5 &= ~pos5;
   uint64_t value = 0;
   for (int k = 4; k >= 0; --k) {
@@ -82,15 +94,15 @@ const std::array<uint8_t, 1024>& encode_table() {
 }  // namespace
 
 void encode_trits(const uint64_t* pos, const uint64_t* tie, size_t nwords, uint8_t* out) {
-  const size_t blocks = kLittleEndian ? nwords / kBlockWords : 0;
+  const size_t blocks = nwords / kBlockWords;
   for (size_t k = 0; k < blocks; ++k) {
-    // The block's words with eight zero bytes after them, so that the last group's load stays inside.
-    uint8_t p[kBlockWords * 8 + 8] = {}, t[kBlockWords * 8 + 8] = {};
-    std::memcpy(p, pos + k * kBlockWords, kBlockWords * 8);
-    std::memcpy(t, tie + k * kBlockWords, kBlockWords * 8);
+    uint64_t p[kGroups], t[kGroups];
+    cut_groups(pos + k * kBlockWords, p);
+    cut_groups(tie + k * kBlockWords, t);
     for (size_t i = 0; i < kGroups; ++i) {
-      const uint64_t value = encode_group(spread5(load64(p + 5 * i) & kLow40), spread5(load64(t + 5 * i) & kLow40));
-      std::memcpy(out + k * kBlockBytes + 8 * i, &value, 8);
+      const uint64_t value = encode_group(spread5(p[i]), spread5(t[i]));
+      uint8_t* group = out + k * kBlockBytes + 8 * i;
+      for (int j = 0; j < 8; ++j) group[j] = uint8_t(value >> (8 * j));  // one store on little-endian
     }
   }
   const auto& table = encode_table();
@@ -103,23 +115,19 @@ void encode_trits(const uint64_t* pos, const uint64_t* tie, size_t nwords, uint8
 
 void decode_trits(const uint8_t* in, size_t nwords, uint64_t* pos, uint64_t* tie) {
   const uint64_t* table = decode_table().data();
-  const size_t blocks = kLittleEndian ? nwords / kBlockWords : 0;
+  const size_t blocks = nwords / kBlockWords;
   for (size_t k = 0; k < blocks; ++k) {
-    // Group i's 40 bits go to byte 5i with an eight-byte store; the next group's store overwrites the
-    // three zero bytes past them.
-    uint8_t p[kBlockWords * 8 + 8], t[kBlockWords * 8 + 8];
+    uint64_t p[kGroups], t[kGroups];
     const uint8_t* bytes = in + k * kBlockBytes;
     for (size_t i = 0; i < kGroups; ++i) {
       const uint8_t* g = bytes + 8 * i;
       const uint64_t low = table[g[0]] | table[g[1]] << 5 | table[g[2]] << 10 | table[g[3]] << 15;
       const uint64_t high = table[g[4]] | table[g[5]] << 5 | table[g[6]] << 10 | table[g[7]] << 15;
-      const uint64_t pos40 = (low & 0xFFFFFull) | (high & 0xFFFFFull) << 20;
-      const uint64_t tie40 = (low >> 32) | (high >> 32) << 20;
-      std::memcpy(p + 5 * i, &pos40, 8);
-      std::memcpy(t + 5 * i, &tie40, 8);
+      p[i] = (low & 0xFFFFFull) | (high & 0xFFFFFull) << 20;
+      t[i] = (low >> 32) | (high >> 32) << 20;
     }
-    std::memcpy(pos + k * kBlockWords, p, kBlockWords * 8);
-    std::memcpy(tie + k * kBlockWords, t, kBlockWords * 8);
+    join_groups(p, pos + k * kBlockWords);
+    join_groups(t, tie + k * kBlockWords);
   }
   // The rest from the definition's word decoder, over the whole range's bytes (a word there reads only
   // the bytes of its own elements, all past the last block).
