@@ -128,11 +128,14 @@ namespace {
 // with its own magic, rather than a chain of divisions by S), so the multiplies of one limb overlap.
 // The words are filled as bit streams: a limb's k bits go after the previous limb's, and a word is
 // stored once, when full.
-template <int R>
+// kPieces: a limb's pieces fixed at compile time too, so that the divisions and lookups of one limb
+// unroll and their results stay in registers (2 … 5 pieces: every base the tables serve; kPieces = 0
+// takes t.pieces at run time).
+template <int R, int kPieces>
 void decode_fixed(const Tables& t, const uint32_t* in, size_t nwords, uint64_t* planes, size_t stride) {
   const CountCode& c = t.code;
   const size_t nlimbs = counts::limbs_for_words(c, nwords);
-  const int k = c.per_limb, g = t.piece_digits, P = t.pieces, L = t.lane;
+  const int k = c.per_limb, g = t.piece_digits, P = kPieces > 0 ? kPieces : t.pieces, L = t.lane;
   const uint64_t limb_mask = (uint64_t(1) << k) - 1;
   const uint32_t span = t.piece.base;
   uint64_t acc[R] = {};
@@ -172,7 +175,13 @@ void decode_dispatch(const Tables& t, const uint32_t* in, size_t nwords, uint64_
   if constexpr (R < kMaxTablePlanes) {
     if (t.code.planes != R) return decode_dispatch<R + 1>(t, in, nwords, planes, stride);
   }
-  decode_fixed<R>(t, in, nwords, planes, stride);
+  switch (t.pieces) {
+    case 2: return decode_fixed<R, 2>(t, in, nwords, planes, stride);
+    case 3: return decode_fixed<R, 3>(t, in, nwords, planes, stride);
+    case 4: return decode_fixed<R, 4>(t, in, nwords, planes, stride);
+    case 5: return decode_fixed<R, 5>(t, in, nwords, planes, stride);
+    default: return decode_fixed<R, 0>(t, in, nwords, planes, stride);
+  }
 }
 
 }  // namespace

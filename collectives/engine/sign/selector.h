@@ -39,15 +39,15 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
 // rails, where a node's ranks share the coding), times ranks_per_core where ranks share cores.
 // The rates are bench_kernels' on the development host (docs/performance.md): trits encode at ~10 and
 // decode at ~20 G elements/s, 0.06–0.08 ns per element of the tensor (1/N of it encoded, the rest
-// decoded), rounded up to 0.1 for slower hosts; counts in base 5 encode at 5.3 and decode at 2.4 G elements/s, 0.36 ns
-// per element of an N = 4 tensor (a quarter encoded, three quarters decoded), base 9 at 3.3 and 1.6,
-// 0.53 ns. The model charges the coding in full, as if the pipeline hid none of it: a floor, since at
-// 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
+// decoded), rounded up to 0.1 for slower hosts; counts in base 5 encode at ~5.3 and decode at ~4.5 G
+// elements/s, 0.22 ns per element of an N = 4 tensor (a quarter encoded, three quarters decoded), base
+// 9 at ~3.1 and ~3.0, 0.33 ns. The model charges the coding in full, as if the pipeline hid none of it: a
+// floor, since at 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
 constexpr double kTritCodingNsPerElement = 0.1;
-constexpr double kCountCodingNsPerElement = 0.4;
-// Encoding and decoding one element's count together, per bit of log2(B): bench_kernels gives 0.32 ns
-// at B = 3, 0.58 at B = 5, 0.88 at B = 9 (0.20, 0.25, 0.28 per bit); the largest is taken.
-constexpr double kCountCodingNsPerBit = 0.28;
+constexpr double kCountCodingNsPerElement = 0.3;
+// Encoding and decoding one element's count together, per bit of log2(B): 0.14 ns at B = 3, 0.18 at
+// B = 5, 0.21 at B = 9 (encode and decode each in full: 0.22, 0.41 and 0.65 ns); the largest is taken.
+constexpr double kCountCodingNsPerBit = 0.21;
 ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
                                   double ranks_per_core = 1.0);
 // Whether hier's rails send their node counts packed in base L + 1 (sign_plan.h), L = N / num_nodes:
