@@ -57,9 +57,9 @@ uint64_t encode_group(uint64_t pos5, uint64_t tie5) {
   return value;
 }
 
-// decode5 of every byte, as pos5 | tie5 << 32: a group's eight entries, each shifted to its five-bit
-// place, add up to 20 pos bits and 20 tie bits per half group without overlapping.
-const std::array<uint64_t, 256>& decode_table() {
+// decode5 of every byte, as pos5 | tie5 << 32: four entries, each shifted to its five-bit place and
+// OR-ed together, give a half group's 20 pos bits and 20 tie bits without overlapping.
+const std::array<uint64_t, 256>& group_decode_table() {
   static const std::array<uint64_t, 256> table = [] {
     std::array<uint64_t, 256> t{};
     for (int b = 0; b < 256; ++b) {
@@ -114,7 +114,7 @@ void encode_trits(const uint64_t* pos, const uint64_t* tie, size_t nwords, uint8
 }
 
 void decode_trits(const uint8_t* in, size_t nwords, uint64_t* pos, uint64_t* tie) {
-  const uint64_t* table = decode_table().data();
+  const uint64_t* table = group_decode_table().data();
   const size_t blocks = nwords / kBlockWords;
   for (size_t k = 0; k < blocks; ++k) {
     uint64_t p[kGroups], t[kGroups];

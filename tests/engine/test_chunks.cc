@@ -42,6 +42,10 @@ TEST(Chunks, OffsetsAddEachChunksCodedBytes) {
       EXPECT_GE(sum, bits::trits::bytes_for_words(total));
     }
   }
+  // By hand: 17 words in 3 chunks of 5, 6 and 6 words take 64, 77 and 77 bytes (⌈64·w/5⌉).
+  EXPECT_EQ(chunk_offset(17, 3, 1, bits::trits::bytes_for_words), 64u);
+  EXPECT_EQ(chunk_offset(17, 3, 2, bits::trits::bytes_for_words), 141u);
+  EXPECT_EQ(chunk_offset(17, 3, 3, bits::trits::bytes_for_words), 218u);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -322,6 +324,15 @@ TEST(SignAllreduce, ResultCodingChosenWhereItSavesTime) {
   setenv("PRIDE_RESULT_CODING", "bytes", 1);
   EXPECT_THROW(Settings::reload(), InvalidArgument);
   unsetenv("PRIDE_RESULT_CODING");
+  unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
+  Settings::reload();
+  // A tie in the model: direct over 2 nodes of 3 ranks at the default 10 Gbit/s, where trits save
+  // 0.1 ns of wire per element and cost 0.1, stays planes; at 9 Gbit/s they save 0.11 and are taken.
+  const SignPlan six = SignPlan::make(6, SignMode::kVote, VoteKind::kBinary);
+  EXPECT_EQ(select_result_coding(six, SignAlgorithm::kDirect, n, 2), ResultCoding::kPlanes);
+  setenv("PRIDE_LINK_BANDWIDTH_GBPS", "9", 1);
+  Settings::reload();
+  EXPECT_EQ(select_result_coding(six, SignAlgorithm::kDirect, n, 2), ResultCoding::kTrits);
   unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
   Settings::reload();
 }
@@ -896,6 +907,55 @@ TEST(SignAllreduce, RefusesASegmentUnder64Bytes) {
     o.segment_bytes = 32;
     EXPECT_THROW(sign_allreduce(comm, x.data(), DType::kFloat32, x.size(), o), InvalidArgument);
   });
+}
+
+// Random combinations of what the tests above vary one or two at a time: ranks and how they split into
+// simulated nodes, algorithm (auto too), mode, vote kind, dtype, size, segment size, result coding and
+// the link the cost model assumes, each case against the int32 oracle. PRIDE_TEST_RANDOM_SEED and
+// PRIDE_TEST_RANDOM_CASES explore beyond the fixed 40 cases CI runs; a failure names its case's seed.
+TEST(SignAllreduce, RandomCombinationsMatchInt32Oracle) {
+  const char* seed_env = std::getenv("PRIDE_TEST_RANDOM_SEED");
+  const char* cases_env = std::getenv("PRIDE_TEST_RANDOM_CASES");
+  const uint64_t first_seed = seed_env != nullptr ? std::stoull(seed_env) : 20261127;
+  const int cases = cases_env != nullptr ? std::stoi(cases_env) : 40;
+  const SignAlgorithm algorithms[] = {SignAlgorithm::kRing,      SignAlgorithm::kTree, SignAlgorithm::kDirect,
+                                      SignAlgorithm::kAllgather, SignAlgorithm::kHier, SignAlgorithm::kAuto};
+  const char* codings[] = {"planes", "trits", "counts", "packed", "auto"};
+  const char* segments[] = {"512", "4096", "65536", nullptr};
+  const char* links[] = {"0.2", "1", nullptr};
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  for (int c = 0; c < cases; ++c) {
+    const uint64_t seed = first_seed + uint64_t(c);
+    std::mt19937_64 rng(seed);
+    const auto pick = [&rng](size_t count) { return size_t(rng() % count); };
+    const int N = 1 + int(pick(7));
+    const int nodes = 1 + int(pick(size_t(N)));
+    std::vector<int> node_of(static_cast<size_t>(N), 0);
+    for (int r = 0; r < N; ++r) node_of[size_t(r)] = r < nodes ? r : int(pick(size_t(nodes)));  // every node used
+    const Case k{algorithms[pick(6)], pick(2) == 0 ? SignMode::kVote : SignMode::kMean,
+                 pick(2) == 0 ? VoteKind::kBinary : VoteKind::kTernary, dtypes[pick(3)],
+                 pick(4) == 0 ? pick(200) : pick(4) == 0 ? 64 * (1 + pick(3000)) + pick(3) : pick(300000)};
+    const char* coding = codings[pick(5)];
+    const char* segment = segments[pick(4)];
+    const char* link = links[pick(3)];
+    setenv("PRIDE_RESULT_CODING", coding, 1);
+    if (segment != nullptr) setenv("PRIDE_SEGMENT_BYTES", segment, 1); else unsetenv("PRIDE_SEGMENT_BYTES");
+    if (link != nullptr) setenv("PRIDE_LINK_BANDWIDTH_GBPS", link, 1); else unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
+    Settings::reload();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ": " << N << " ranks on " << nodes << " nodes, "
+                                      << name(k.algorithm) << " " << name(k.mode) << " " << name(k.kind) << " "
+                                      << bits::dtype_name(k.dtype) << " n=" << k.n << ", coding " << coding
+                                      << ", segment " << (segment ? segment : "default") << ", link "
+                                      << (link ? link : "default"));
+    testing::RankOptions options;
+    options.hostname = [&](int r) { return "node" + std::to_string(node_of[size_t(r)]); };
+    testing::run_ranks(N, [&](Communicator& comm) { check_case(comm, k, seed); }, options);
+    if (HasFatalFailure()) break;
+  }
+  unsetenv("PRIDE_RESULT_CODING");
+  unsetenv("PRIDE_SEGMENT_BYTES");
+  unsetenv("PRIDE_LINK_BANDWIDTH_GBPS");
+  Settings::reload();
 }
 
 TEST(SignAllreduce, RejectsBadInputBeforeSending) {

@@ -99,8 +99,8 @@ LevelCoding select_level_coding(int size, int max_level, size_t numel, int num_n
   const double trit_us = double(numel) * kTritCodingNsPerElement * ranks_per_core / 1000;
   const double level_us = double(numel) * (size - 1) / size * kCountCodingNsPerBit *
                           std::log2(2.0 * max_level + 1) * ranks_per_core / 1000;
-  coding.trit_results = crossing * trit_saving > trit_us;
-  coding.packed_levels = level_saving > 0 && crossing * level_saving > level_us;
+  coding.trit_results = coding_pays(crossing * trit_saving, trit_us);
+  coding.packed_levels = level_saving > 0 && coding_pays(crossing * level_saving, level_us);
   return coding;
 }
 

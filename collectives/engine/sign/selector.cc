@@ -136,7 +136,7 @@ ResultCoding select_result_coding(const SignPlan& plan, SignAlgorithm algorithm,
   // the model undercharges them).
   const double coded_share = hier ? parts / plan.nranks : 1.0;
   const double coding_us = double(numel) * coded_share * ns_per_element * ranks_per_core / 1000;
-  return saved_us > coding_us ? coded.result_coding : ResultCoding::kPlanes;
+  return coding_pays(saved_us, coding_us) ? coded.result_coding : ResultCoding::kPlanes;
 }
 
 bool select_packed_node_counts(const SignPlan& plan, SignAlgorithm algorithm, size_t numel, int num_nodes,
@@ -156,7 +156,7 @@ bool select_packed_node_counts(const SignPlan& plan, SignAlgorithm algorithm, si
   const double coded_elements = double(numel) / local * plan.counters * (nodes - 1) / nodes;
   const double coding_us =
       coded_elements * kCountCodingNsPerBit * std::log2(double(local) + 1) * ranks_per_core / 1000;
-  return saved_us > coding_us;
+  return coding_pays(saved_us, coding_us);
 }
 
 SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_nodes, double ranks_per_core) {

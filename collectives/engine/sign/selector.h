@@ -44,7 +44,11 @@ SignAlgorithm select_sign_algorithm(const SignPlan& plan, size_t numel, int num_
 // 9 at ~3.1 and ~3.0, 0.33 ns. The model charges the coding in full, as if the pipeline hid none of it: a
 // floor, since at 1 Gbit/s the direct pipeline hid it all (docs/performance.md, "Packed counts").
 constexpr double kTritCodingNsPerElement = 0.1;
-constexpr double kCountCodingNsPerElement = 0.3;
+constexpr double kCountCodingNsPerElement = 0.3;  // between base 5's and base 9's, the bases of N = 4
+// Whether a coding's saved wire time pays for its CPU time. A tie is exact in the model for some
+// groups (direct over 2 nodes of 3 ranks at 10 Gbit/s: trits save 0.1 ns of wire per element and cost
+// 0.1), where rounding alone would decide; the margin sends every tie to planes.
+inline bool coding_pays(double saved_us, double coding_us) { return saved_us > coding_us * 1.001; }
 // Encoding and decoding one element's count together, per bit of log2(B): 0.14 ns at B = 3, 0.18 at
 // B = 5, 0.21 at B = 9 (encode and decode each in full: 0.22, 0.41 and 0.65 ns); the largest is taken.
 constexpr double kCountCodingNsPerBit = 0.21;
