@@ -1,5 +1,5 @@
 """The Python benchmarks (perf/bench_vs_gloo.py, bench_dlion_step.py, bench_startup.py, bench_onebit_adam.py,
-bench_lion_cub.py) run end to end.
+bench_lion_cub.py) and the link probe (perf/probe_links.py) run end to end.
 
 Tiny sizes, 2 ranks: these check that the tools work and that their built-in checks hold (pride's
 fp32 sum equals Gloo's; D-Lion replicas stay identical on every rank), not speed.
@@ -192,3 +192,75 @@ def test_bench_lion_cub_runs_the_configs_asked_for_next_to_its_baseline(tmp_path
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_lion_cub.py"), "--configs", "Cub huge"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown Cub huge" in bad.stderr, bad.stderr
+
+
+def load_probe_links():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe_links", os.path.join(ROOT, "perf", "probe_links.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_links_pairs_one_stream_per_host_link():
+    probe = load_probe_links()
+    two_by_two = ["a", "a", "b", "b"]
+    assert [probe.partners(two_by_two, r) for r in range(4)] == [(2, 2), (None, None), (0, 0), (None, None)]
+    uneven = ["x", "y", "x", "z", "y"]  # hosts in order of their first rank: x, y, z
+    assert [probe.partners(uneven, r) for r in range(5)] == [(1, 3), (3, 0), (None, None), (0, 1), (None, None)]
+    one_host = ["h", "h", "h"]
+    assert [probe.partners(one_host, r) for r in range(3)] == [(1, 2), (2, 0), (0, 1)]
+    assert probe.partners(["h"], 0) == (None, None)
+
+
+def test_probe_links_summary_takes_the_slowest_host_and_half_the_round_trip():
+    probe = load_probe_links()
+    gbit = 125_000_000  # bytes in one gigabit
+    result = {"ranks": 3, "bytes": gbit, "hosts": ["a", "b"], "per_rank": [
+        {"host": "a", "sends": True, "times": [1.0, 2.0, 1.0], "rtts": [100e-6, 300e-6, 200e-6]},
+        {"host": "a", "sends": False, "times": [5.0, 5.0, 5.0], "rtts": []},
+        {"host": "b", "sends": True, "times": [0.5, 0.5, 0.25], "rtts": [200e-6, 200e-6, 200e-6]},
+    ]}
+    s = probe.summarize(result)
+    assert s["per_host_gbit_per_s"] == {"a": 1.0, "b": 2.0}  # medians of 1, 0.5, 1 and of 2, 2, 4 Gbit/s
+    assert s["slowest_host"] == "a" and s["gbit_per_s"] == 1.0
+    assert abs(s["latency_us"] - 100.0) < 1e-9  # median round trip 200 us
+
+
+def test_probe_links_on_one_host_measures_and_sets_nothing(tmp_path):
+    out = run("probe_links.py", "--ranks", "2", "--bytes", "1M", "--iters", "2", "--pings", "5",
+              "--json", str(tmp_path / "s.json"))
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["hosts"] == 1 and s["ranks"] == 2 and s["bytes"] == 1 << 20
+    assert s["gbit_per_s"] > 0 and s["latency_us"] > 0
+    assert "nothing to set" in out and "export" not in out, out
+
+
+def test_probe_links_between_two_named_hosts_prints_the_settings(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   PRIDE_HOSTNAME=f"probe-host{rank}")
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "perf", "probe_links.py"), "--env", "--bytes", "1M", "--iters", "2",
+             "--pings", "5", "--json", str(tmp_path / "s.json")],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    out = outs[0][0]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["hosts"] == 2 and set(s["per_host_gbit_per_s"]) == {"probe-host0", "probe-host1"}
+    assert f"export PRIDE_LINK_BANDWIDTH_GBPS={s['gbit_per_s']:.3g}" in out, out
+    assert f"export PRIDE_LINK_LATENCY_US={s['latency_us']:.3g}" in out, out
+
+
+def test_probe_links_refuses_bad_sizes():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "probe_links.py"), "--bytes", "12Q"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a size" in proc.stderr, proc.stderr
