@@ -262,8 +262,69 @@ inline __m256 means8(const uint64_t* count, int planes, size_t nwords, const Mea
   return _mm256_div_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(m.nranks));
 }
 
+// With at most 5 planes a count takes at most 32 values: their means, computed once by mean_at's
+// arithmetic (float(s) / float(N), so the same bits), are looked up by permutes instead of a multiply,
+// a conversion and a division per 8 elements. Table entry u is the mean of count u, in 8-float rows.
+constexpr int kMeanTablePlanes = 5;
+struct MeanTable {
+  alignas(32) float value[1 << kMeanTablePlanes];
+  MeanTable(int planes, const MeanParams& m) {
+    for (int u = 0; u < (1 << kMeanTablePlanes); ++u) {
+      const int64_t s = m.scale * static_cast<int64_t>(u < (1 << planes) ? u : 0) - m.offset;
+      value[u] = static_cast<float>(s) / m.nranks;
+    }
+  }
+};
+
+// The counts u of 8 elements (Horner's rule over P planes, as means8), then their table entries: a
+// permute by u's low 3 bits within each 8-entry row, and blends by bits 3 and 4 (moved to the sign
+// bit, which blendv reads) between rows.
+template <int P>
+inline __m256 means8_looked_up(const uint64_t* count, size_t nwords, size_t w, int k, const __m256* rows) {
+  __m256i u = _mm256_setzero_si256();
+  for (int p = P - 1; p >= 0; --p) {
+    const uint32_t byte = static_cast<uint32_t>(count[p * nwords + w] >> k) & 0xFFu;
+    const __m256i bits = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBitLanes.lanes[byte]));
+    u = _mm256_or_si256(_mm256_add_epi32(u, u), bits);
+  }
+  const __m256 r0 = _mm256_permutevar8x32_ps(rows[0], u);
+  if constexpr (P <= 3) {
+    return r0;
+  } else {
+    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(u, 28));
+    const __m256 low = _mm256_blendv_ps(r0, _mm256_permutevar8x32_ps(rows[1], u), bit3);
+    if constexpr (P == 4) {
+      return low;
+    } else {
+      const __m256 high = _mm256_blendv_ps(_mm256_permutevar8x32_ps(rows[2], u),
+                                           _mm256_permutevar8x32_ps(rows[3], u), bit3);
+      return _mm256_blendv_ps(low, high, _mm256_castsi256_ps(_mm256_slli_epi32(u, 27)));
+    }
+  }
+}
+
+template <class A, int P>
+void unpack_mean_looked_up(const uint64_t* count, size_t n, const MeanParams& m, void* yv) {
+  auto* y = static_cast<typename A::Scalar::T*>(yv);
+  const size_t nwords = (n + 63) / 64, full = n / 64;
+  const MeanTable table(P, m);
+  const __m256 rows[4] = {_mm256_load_ps(table.value), _mm256_load_ps(table.value + 8),
+                          _mm256_load_ps(table.value + 16), _mm256_load_ps(table.value + 24)};
+  for (size_t w = 0; w < full; ++w)
+    for (int k = 0; k < 64; k += 8) A::store8(y + 64 * w + k, means8_looked_up<P>(count, nwords, w, k, rows));
+  unpack_mean_from<typename A::Scalar>(count, P, n, 64 * full, m, yv);
+}
+
 template <class A>
 void unpack_mean(const uint64_t* count, int planes, size_t n, const MeanParams& m, void* yv) {
+  switch (planes) {
+    case 1: return unpack_mean_looked_up<A, 1>(count, n, m, yv);
+    case 2: return unpack_mean_looked_up<A, 2>(count, n, m, yv);
+    case 3: return unpack_mean_looked_up<A, 3>(count, n, m, yv);
+    case 4: return unpack_mean_looked_up<A, 4>(count, n, m, yv);
+    case 5: return unpack_mean_looked_up<A, 5>(count, n, m, yv);
+    default: break;
+  }
   auto* y = static_cast<typename A::Scalar::T*>(yv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;
@@ -290,10 +351,31 @@ void apply_vote(void* xv, size_t n, const uint64_t* pos, const uint64_t* tie, co
   apply_vote_from<typename A::Scalar>(xv, n, 64 * full, pos, tie, a);
 }
 
+template <class A, int P>
+void apply_mean_looked_up(void* xv, size_t n, const uint64_t* count, const MeanParams& m, const ApplyParams& a) {
+  auto* x = static_cast<typename A::Scalar::T*>(xv);
+  const size_t nwords = (n + 63) / 64, full = n / 64;
+  const MeanTable table(P, m);
+  const __m256 rows[4] = {_mm256_load_ps(table.value), _mm256_load_ps(table.value + 8),
+                          _mm256_load_ps(table.value + 16), _mm256_load_ps(table.value + 24)};
+  for (size_t w = 0; w < full; ++w)
+    for (int k = 0; k < 64; k += 8)
+      lion_update8<A>(x + 64 * w + k, A::round8(means8_looked_up<P>(count, nwords, w, k, rows)), a);
+  apply_mean_from<typename A::Scalar>(xv, n, 64 * full, count, P, m, a);
+}
+
 template <class A>
 void apply_mean(void* xv, size_t n, const uint64_t* count, int planes, const MeanParams& m,
                 const ApplyParams& given) {
   const ApplyParams a = with_dtype_lr<typename A::Scalar>(given);
+  switch (planes) {
+    case 1: return apply_mean_looked_up<A, 1>(xv, n, count, m, a);
+    case 2: return apply_mean_looked_up<A, 2>(xv, n, count, m, a);
+    case 3: return apply_mean_looked_up<A, 3>(xv, n, count, m, a);
+    case 4: return apply_mean_looked_up<A, 4>(xv, n, count, m, a);
+    case 5: return apply_mean_looked_up<A, 5>(xv, n, count, m, a);
+    default: break;
+  }
   auto* x = static_cast<typename A::Scalar::T*>(xv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;

@@ -47,7 +47,7 @@ TEST_P(ApplyTest, Vote) {
 
 TEST_P(ApplyTest, Mean) {
   for (DType dtype : kFloatTypes) {
-    for (int nranks : {1, 3, 4, 7, 64}) {
+    for (int nranks : {1, 3, 4, 7, 8, 15, 16, 31, 64}) {  // 1 … 7 planes: 4 and 5 take the AVX2 table's blends
       for (size_t n : short_lengths()) {
         const Hyper h = kHypers[nranks % 4];
         const int planes = planes_for(nranks);
@@ -63,6 +63,38 @@ TEST_P(ApplyTest, Mean) {
           store_float(dtype, static_cast<float>(2 * u[j] - nranks) / static_cast<float>(nranks), delta.data(), 0);
           expected_update(dtype, expected.data(), j, to_float(dtype, delta.data(), 0), h);
           expect_same_value(dtype, expected.data(), x.data(), j, "apply_mean");
+        }
+      }
+    }
+  }
+}
+
+// Every count a counter of 1 … 6 planes can hold, in range or not (a ternary mean of N ranks uses only
+// 0 … 2N of them), through the AVX2 path's looked-up means and the scalar division: the same bytes.
+TEST(ApplyCrossIsa, MeansOfEveryCountAgreeAcrossIsas) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "needs AVX2 to compare against";
+  const Isa saved = active_isa();
+  const size_t n = 64 * 40 + 9;
+  for (int planes = 1; planes <= 6; ++planes) {
+    for (int nranks : {3, 5, 12}) {
+      std::vector<int32_t> u(n);
+      for (size_t j = 0; j < n; ++j) u[j] = static_cast<int32_t>(j % (size_t{1} << planes));
+      const auto counter = encode_counter(u, planes);
+      for (DType dtype : kFloatTypes) {
+        const auto x0 = random_values(dtype, n);
+        std::vector<uint8_t> out[2][2];
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+          set_isa(isa);
+          auto& o = out[static_cast<int>(isa)];
+          o[0].assign(n * dtype_size(dtype), 0);
+          unpack_mean(counter.data(), planes, n, 1, nranks, nranks, o[0].data(), dtype);
+          o[1] = x0;
+          apply_mean(o[1].data(), dtype, n, counter.data(), planes, 1, nranks, nranks, 0.01, 0.1);
+        }
+        set_isa(saved);
+        for (int k = 0; k < 2; ++k) {
+          ASSERT_EQ(out[0][k], out[1][k]) << dtype_name(dtype) << " planes " << planes << " N " << nranks
+                                          << (k == 0 ? " unpack_mean" : " apply_mean");
         }
       }
     }
