@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "collectives/bits/element_traits.h"
 #include "collectives/bits/elementwise_scalar.h"
@@ -264,23 +265,40 @@ inline __m256 means8(const uint64_t* count, int planes, size_t nwords, const Mea
 
 // With at most 5 planes a count takes at most 32 values: their means, computed once by mean_at's
 // arithmetic (float(s) / float(N), so the same bits), are looked up by permutes instead of a multiply,
-// a conversion and a division per 8 elements. Table entry u is the mean of count u, in 8-float rows.
+// a conversion and a division per 8 elements. Row r holds the means of counts 8r … 8r + 7.
 constexpr int kMeanTablePlanes = 5;
 struct MeanTable {
-  alignas(32) float value[1 << kMeanTablePlanes];
+  __m256 rows[4];
   MeanTable(int planes, const MeanParams& m) {
+    alignas(32) float value[1 << kMeanTablePlanes];
     for (int u = 0; u < (1 << kMeanTablePlanes); ++u) {
       const int64_t s = m.scale * static_cast<int64_t>(u < (1 << planes) ? u : 0) - m.offset;
       value[u] = static_cast<float>(s) / m.nranks;
     }
+    for (int r = 0; r < 4; ++r) rows[r] = _mm256_load_ps(value + 8 * r);
   }
 };
+
+// Calls fn(std::integral_constant<int, P>{}) for planes = P in 1 … kMeanTablePlanes and returns true;
+// false (fn not called) for wider counters, which take the division.
+template <class Fn>
+bool with_looked_up_planes(int planes, Fn&& fn) {
+  switch (planes) {
+    case 1: fn(std::integral_constant<int, 1>{}); return true;
+    case 2: fn(std::integral_constant<int, 2>{}); return true;
+    case 3: fn(std::integral_constant<int, 3>{}); return true;
+    case 4: fn(std::integral_constant<int, 4>{}); return true;
+    case 5: fn(std::integral_constant<int, 5>{}); return true;
+    default: return false;
+  }
+}
 
 // The counts u of 8 elements (Horner's rule over P planes, as means8), then their table entries: a
 // permute by u's low 3 bits within each 8-entry row, and blends by bits 3 and 4 (moved to the sign
 // bit, which blendv reads) between rows.
 template <int P>
-inline __m256 means8_looked_up(const uint64_t* count, size_t nwords, size_t w, int k, const __m256* rows) {
+inline __m256 means8_looked_up(const uint64_t* count, size_t nwords, size_t w, int k, const MeanTable& table) {
+  const __m256* rows = table.rows;
   __m256i u = _mm256_setzero_si256();
   for (int p = P - 1; p >= 0; --p) {
     const uint32_t byte = static_cast<uint32_t>(count[p * nwords + w] >> k) & 0xFFu;
@@ -308,23 +326,14 @@ void unpack_mean_looked_up(const uint64_t* count, size_t n, const MeanParams& m,
   auto* y = static_cast<typename A::Scalar::T*>(yv);
   const size_t nwords = (n + 63) / 64, full = n / 64;
   const MeanTable table(P, m);
-  const __m256 rows[4] = {_mm256_load_ps(table.value), _mm256_load_ps(table.value + 8),
-                          _mm256_load_ps(table.value + 16), _mm256_load_ps(table.value + 24)};
   for (size_t w = 0; w < full; ++w)
-    for (int k = 0; k < 64; k += 8) A::store8(y + 64 * w + k, means8_looked_up<P>(count, nwords, w, k, rows));
+    for (int k = 0; k < 64; k += 8) A::store8(y + 64 * w + k, means8_looked_up<P>(count, nwords, w, k, table));
   unpack_mean_from<typename A::Scalar>(count, P, n, 64 * full, m, yv);
 }
 
 template <class A>
 void unpack_mean(const uint64_t* count, int planes, size_t n, const MeanParams& m, void* yv) {
-  switch (planes) {
-    case 1: return unpack_mean_looked_up<A, 1>(count, n, m, yv);
-    case 2: return unpack_mean_looked_up<A, 2>(count, n, m, yv);
-    case 3: return unpack_mean_looked_up<A, 3>(count, n, m, yv);
-    case 4: return unpack_mean_looked_up<A, 4>(count, n, m, yv);
-    case 5: return unpack_mean_looked_up<A, 5>(count, n, m, yv);
-    default: break;
-  }
+  if (with_looked_up_planes(planes, [&](auto P) { unpack_mean_looked_up<A, P()>(count, n, m, yv); })) return;
   auto* y = static_cast<typename A::Scalar::T*>(yv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;
@@ -356,11 +365,9 @@ void apply_mean_looked_up(void* xv, size_t n, const uint64_t* count, const MeanP
   auto* x = static_cast<typename A::Scalar::T*>(xv);
   const size_t nwords = (n + 63) / 64, full = n / 64;
   const MeanTable table(P, m);
-  const __m256 rows[4] = {_mm256_load_ps(table.value), _mm256_load_ps(table.value + 8),
-                          _mm256_load_ps(table.value + 16), _mm256_load_ps(table.value + 24)};
   for (size_t w = 0; w < full; ++w)
     for (int k = 0; k < 64; k += 8)
-      lion_update8<A>(x + 64 * w + k, A::round8(means8_looked_up<P>(count, nwords, w, k, rows)), a);
+      lion_update8<A>(x + 64 * w + k, A::round8(means8_looked_up<P>(count, nwords, w, k, table)), a);
   apply_mean_from<typename A::Scalar>(xv, n, 64 * full, count, P, m, a);
 }
 
@@ -368,14 +375,7 @@ template <class A>
 void apply_mean(void* xv, size_t n, const uint64_t* count, int planes, const MeanParams& m,
                 const ApplyParams& given) {
   const ApplyParams a = with_dtype_lr<typename A::Scalar>(given);
-  switch (planes) {
-    case 1: return apply_mean_looked_up<A, 1>(xv, n, count, m, a);
-    case 2: return apply_mean_looked_up<A, 2>(xv, n, count, m, a);
-    case 3: return apply_mean_looked_up<A, 3>(xv, n, count, m, a);
-    case 4: return apply_mean_looked_up<A, 4>(xv, n, count, m, a);
-    case 5: return apply_mean_looked_up<A, 5>(xv, n, count, m, a);
-    default: break;
-  }
+  if (with_looked_up_planes(planes, [&](auto P) { apply_mean_looked_up<A, P()>(xv, n, count, m, a); })) return;
   auto* x = static_cast<typename A::Scalar::T*>(xv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;
