@@ -272,6 +272,17 @@ PYBIND11_MODULE(_C, m) {
     d["num_nodes"] = comm.num_nodes();
     d["ranks_per_core"] = comm.ranks_per_core();
     d["host"] = pride::host_topology().describe();
+    // How this rank reaches each peer: UCX's transports, and whether sends skip the rendezvous.
+    py::list peers;
+    for (int p = 0; p < comm.size(); ++p) {
+      if (p == comm.rank()) continue;
+      py::dict peer;
+      peer["rank"] = p;
+      peer["route"] = comm.transport().route(p);
+      peer["eager"] = comm.transport().sends_eagerly_to(p);
+      peers.append(peer);
+    }
+    d["peers"] = peers;
     return d;
   });
   m.def("kernel_isa", [] { return std::string(pride::bits::isa_name(pride::bits::active_isa())); });

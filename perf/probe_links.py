@@ -10,11 +10,8 @@ machines a job will use, with the launcher the job will use, and export what it 
              from the previous host's, all at once (pride's isend/irecv): every host link carries one
              stream each way. A host's rate in a round is its bytes over its time; reported, per host,
              its best round and the median round, and for the links the slowest host's best round:
-             the link's capacity, which is what the cost model wants. (With more ranks than cores,
-             pride's isend and irecv between two ranks over TCP sometimes run one direction after the
-             other, at half the rate: every other round in the netns testbed's 2 hosts × 2 ranks on
-             2 cores, docs/performance.md. The best round is not slowed by that.)
-             (On one host, every rank sends to the next local rank instead.)
+             the link's capacity, which is what the cost model wants. --json also keeps every
+             round's rate per host. (On one host, every rank sends to the next local rank instead.)
   latency    the first rank of host 0 and of host 1 send one byte back and forth (--pings round trips);
              reported: half the median round trip, pride's software included (what a message costs
              the cost model: its latency).
@@ -163,6 +160,7 @@ def summarize(result):
         "slowest_host": slowest,
         "per_host_gbit_per_s": {h: max(v) for h, v in host_rates.items()},
         "per_host_median_gbit_per_s": {h: statistics.median(v) for h, v in host_rates.items()},
+        "per_host_rounds_gbit_per_s": host_rates,
         "latency_us": statistics.median(rtts) / 2 * 1e6 if rtts else None,
     }
 

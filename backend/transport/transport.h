@@ -85,6 +85,8 @@ class Transport {
 
   // How messages to `peer` travel, for logs and perf tools (e.g. "posix+cma" or "tcp").
   virtual std::string route(int /*peer*/) const { return name(); }
+  // Whether sends to `peer` go eagerly at any size, with no rendezvous round trip (UCX over TCP).
+  virtual bool sends_eagerly_to(int /*peer*/) const { return false; }
 
   // After a failure: closes every connection at once, without waiting for peers (which may be gone
   // or stuck), and fails the sends still pending, so that nothing reads the callers' buffers once the

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/common/error.h"
@@ -250,6 +251,83 @@ TEST(Communicator, PointToPointMatchesTags) {
       EXPECT_EQ(r1->peer(), 0);
     }
   });
+}
+
+// Thread ranks reach every peer over TCP (rank_threads.cc), so every send is eager at any size: crossing
+// transfers past UCX's usual rendezvous threshold, same-tag messages in order, and an any-peer receive.
+// Ranks with same-host peers next to remote ones (a second UCX context) are tested with processes, in
+// tests/python/test_p2p_and_groups.py.
+TEST(Communicator, EagerPointToPointKeepsOrderAndSizes) {
+  testing::RankOptions options;
+  options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
+  run_ranks(4, [](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    for (int p = 0; p < n; ++p) {
+      if (p != r) EXPECT_TRUE(comm.transport().sends_eagerly_to(p)) << "rank " << r << ", peer " << p;
+    }
+    auto byte_of = [](int from, int to, size_t i) { return uint8_t(i * 7 + size_t(from) * 31 + size_t(to) * 3); };
+    for (size_t bytes : {size_t(1), size_t(64) << 10, size_t(8) << 20}) {  // eager at any threshold, and past UCX's
+      std::vector<std::vector<uint8_t>> out(static_cast<size_t>(n)), in(static_cast<size_t>(n));
+      std::vector<RequestPtr> requests;
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        out[size_t(p)].resize(bytes);
+        in[size_t(p)].assign(bytes, 0xEE);
+        for (size_t i = 0; i < bytes; ++i) out[size_t(p)][i] = byte_of(r, p, i);
+        requests.push_back(comm.p2p_recv(p, 3, in[size_t(p)].data(), bytes));
+        requests.push_back(comm.p2p_send(p, 3, out[size_t(p)].data(), bytes));
+      }
+      for (auto& request : requests) comm.p2p_wait(request, "exchange");
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(in[size_t(p)][i], byte_of(p, r, i)) << "from " << p << ", byte " << i;
+      }
+    }
+    // Rank 0 sends three messages of one tag to rank 2 (remote, eager): they arrive in order. Rank 1
+    // (same host as 0) sends one to rank 3, which takes it with an any-peer receive.
+    if (r == 0) {
+      std::vector<std::vector<uint32_t>> messages = {std::vector<uint32_t>(1 << 20, 1), {2}, std::vector<uint32_t>(1 << 18, 3)};
+      std::vector<RequestPtr> sends;
+      for (auto& m : messages) sends.push_back(comm.p2p_send(2, 4, m.data(), m.size() * 4));
+      for (auto& s : sends) comm.p2p_wait(s, "send");
+    } else if (r == 2) {
+      for (auto [expected, words] : {std::pair{1u, 1 << 20}, std::pair{2u, 1}, std::pair{3u, 1 << 18}}) {
+        std::vector<uint32_t> buffer(size_t(words), 0u);
+        auto request = comm.p2p_recv(0, 4, buffer.data(), buffer.size() * 4);
+        comm.p2p_wait(request, "recv");
+        EXPECT_EQ(buffer.front(), expected);
+        EXPECT_EQ(buffer.back(), expected);
+      }
+    } else if (r == 1) {
+      uint64_t value = 0xABCDEF;
+      auto s = comm.p2p_send(3, 9, &value, sizeof value);
+      comm.p2p_wait(s, "send");
+    } else {
+      uint64_t value = 0;
+      auto request = comm.p2p_recv(Transport::kAnyPeer, 9, &value, sizeof value);
+      comm.p2p_wait(request, "recv");
+      EXPECT_EQ(value, 0xABCDEFu);
+      EXPECT_EQ(request->peer(), 1);
+    }
+  }, options);
+}
+
+// The user's UCX_RNDV_THRESH decides for every peer.
+TEST(Communicator, UsersRendezvousThresholdDecides) {
+  setenv("UCX_RNDV_THRESH", "auto", 1);
+  testing::RankOptions options;
+  options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
+  run_ranks(4, [](Communicator& comm) {
+    for (int p = 0; p < comm.size(); ++p) EXPECT_FALSE(comm.transport().sends_eagerly_to(p)) << "peer " << p;
+    uint64_t value = uint64_t(comm.rank()), got = 99;
+    const int right = (comm.rank() + 1) % comm.size(), left = (comm.rank() + 3) % comm.size();
+    auto recv = comm.p2p_recv(left, 1, &got, sizeof got);
+    auto send = comm.p2p_send(right, 1, &value, sizeof value);
+    comm.p2p_wait(send, "send");
+    comm.p2p_wait(recv, "recv");
+    EXPECT_EQ(got, uint64_t(left));
+  }, options);
+  unsetenv("UCX_RNDV_THRESH");
 }
 
 }  // namespace

@@ -164,3 +164,54 @@ def _abort_hung_collective(rank, world, store_path):
 def test_abort_ends_a_hung_collective():
     outcome = run(_abort_hung_collective, 2, deadline_s=60, expect_failures=True)
     assert outcome[0] is None, outcome[0]
+
+
+def _two_hosts_of_two(rank, world, store_path, sizes):
+    import os
+
+    os.environ["PRIDE_HOSTNAME"] = f"host{rank // 2}"  # read when the group starts
+    init_group(rank, world, store_path)
+    import pride
+    from pride.horovod import _topology
+
+    # Each rank has one same-host peer (shared memory, UCX's rendezvous) and two on the other host,
+    # which it reaches through its second, eager UCX context.
+    peers = {p["rank"]: p for p in _topology()["peers"]}
+    for peer, p in peers.items():
+        remote = peer // 2 != rank // 2
+        assert p["eager"] == remote, (rank, p)
+        assert ("tcp" in p["route"]) == remote, (rank, p)
+    # crossing transfers with every peer, small and past any rendezvous threshold
+    for numel in sizes:
+        sends = [torch.arange(numel, dtype=torch.int32) * (rank + 1) + peer for peer in range(world)]
+        got = {peer: torch.empty(numel, dtype=torch.int32) for peer in range(world) if peer != rank}
+        works = [dist.irecv(got[peer], src=peer, tag=3) for peer in got]
+        works += [dist.isend(sends[peer], dst=peer, tag=3) for peer in got]
+        for w in works:
+            w.wait()
+        for peer, t in got.items():
+            assert torch.equal(t, torch.arange(numel, dtype=torch.int32) * (peer + 1) + rank), (rank, peer, numel)
+    # same-tag messages to a remote peer arrive in the order sent; an any-source receive over the link
+    if rank == 0:
+        works = [dist.isend(torch.full((n,), float(i)), dst=2, tag=4) for i, n in enumerate((1 << 20, 1, 1 << 18))]
+        for w in works:
+            w.wait()
+        dist.send(torch.tensor([5.0]), dst=3)
+    elif rank == 2:
+        for i, n in enumerate((1 << 20, 1, 1 << 18)):
+            t = torch.empty(n)
+            dist.recv(t, src=0, tag=4)
+            assert torch.equal(t, torch.full((n,), float(i))), (i, t[:4])
+    elif rank == 3:
+        t = torch.empty(1)
+        assert dist.recv(t) == 0 and t.item() == 5.0
+    # a collective across both kinds of peer, against the sum computed here
+    x = torch.arange(1 << 16, dtype=torch.float64) + rank
+    dist.all_reduce(x)
+    assert torch.equal(x, 4 * torch.arange(1 << 16, dtype=torch.float64) + 6)
+    assert pride.stats()["per_algorithm"]["p2p"]["bytes_sent"] > 0
+    dist.destroy_process_group()
+
+
+def test_point_to_point_between_two_hosts_of_two_ranks():
+    run(_two_hosts_of_two, 4, [1, 3 << 20])

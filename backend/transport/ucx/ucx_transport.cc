@@ -128,45 +128,73 @@ UcxTransport::UcxTransport(int rank, int size, Store& store, const std::vector<b
   }
 }
 
-void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locally) {
-  const int rank = rank_, size = size_;
-  PRIDE_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size {} is outside [1, {}]", size, kMaxRanks);
+ucp_context_h UcxTransport::create_context(bool eager) const {
   ucp_config_t* config = nullptr;
-  PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank);
-  // Over TCP, UCX's rendezvous costs a request-to-send / ready-to-receive round trip per message,
-  // and on a busy link the small control messages queue behind bulk data: a 64 MiB fp32 ring
-  // allreduce between 4 hosts at 1 Gbit/s ran at 87% of Gloo's speed, 98% with eager sends (see
-  // docs/performance.md). Shared memory wants the opposite (rendezvous is CMA's single copy, eager
-  // twice as slow), and UCX's threshold is one per context: so a rank whose peers are all on other
-  // hosts sends eagerly at any size. The user's UCX_RNDV_THRESH wins.
-  const bool any_shared_memory_peer =
-      std::find(watched_locally.begin(), watched_locally.end(), true) != watched_locally.end();
-  if (size > 1 && !any_shared_memory_peer && std::getenv("UCX_RNDV_THRESH") == nullptr) {
-    if (ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK) {
-      log().debug("rank {}: could not set UCX's RNDV_THRESH; keeping UCX's default", rank);
-    }
+  PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank_);
+  if (eager && ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK) {
+    log().debug("rank {}: could not set UCX's RNDV_THRESH; keeping UCX's default", rank_);
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   // WAKEUP: the worker gets an event fd, so a rank with nothing to do can block on it (see
   // wait_for_activity) instead of polling shared memory while the ranks it waits for need the core.
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  params.estimated_num_eps = size_t(size);
+  params.estimated_num_eps = size_t(size_);
   params.mt_workers_shared = 0;
-  ucs_status_t st = ucp_init(&params, config, &context_);
+  ucp_context_h context = nullptr;
+  const ucs_status_t st = ucp_init(&params, config, &context);
   ucp_config_release(config);
-  PRIDE_UCX_CHECK(st, "rank {}", rank);
-  ucp_context_attr_t attr{};
-  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-  if (ucp_context_query(context_, &attr) == UCS_OK) memory_types_ = attr.memory_types;
+  PRIDE_UCX_CHECK(st, "rank {}", rank_);
+  return context;
+}
 
+ucp_worker_h UcxTransport::create_worker(ucp_context_h context, int* event_fd) const {
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
-  PRIDE_UCX_CHECK(ucp_worker_create(context_, &wparams, &worker_), "rank {}", rank);
-  if (ucp_worker_get_efd(worker_, &event_fd_) != UCS_OK) {
-    event_fd_ = -1;  // wait_for_activity falls back to sleeping
-    log().debug("rank {}: the UCX worker has no event fd; waits will sleep instead", rank);
+  ucp_worker_h worker = nullptr;
+  PRIDE_UCX_CHECK(ucp_worker_create(context, &wparams, &worker), "rank {}", rank_);
+  if (ucp_worker_get_efd(worker, event_fd) != UCS_OK) {
+    *event_fd = -1;  // wait_for_activity falls back to sleeping
+    log().debug("rank {}: a UCX worker has no event fd; waits will sleep instead", rank_);
+  }
+  return worker;
+}
+
+void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locally) {
+  const int rank = rank_, size = size_;
+  PRIDE_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size {} is outside [1, {}]", size, kMaxRanks);
+  // Over TCP, UCX's rendezvous costs a request-to-send / ready-to-receive round trip per message,
+  // and on a busy link the small control messages queue behind bulk data: a 64 MiB fp32 ring
+  // allreduce between 4 hosts at 1 Gbit/s ran at 87% of Gloo's speed, 98% with eager sends (see
+  // docs/performance.md). Shared memory wants the opposite (rendezvous is CMA's single copy, eager
+  // twice as slow), and UCX's threshold is one per context. So a rank whose peers are all on other
+  // hosts sends eagerly at any size, and a rank with peers of both kinds keeps rendezvous in its main
+  // context and sends to its remote peers through a second, eager one: with one context, two crossing
+  // rendezvous transfers over TCP ran at half rate in about half of the rounds (2 hosts x 2 ranks,
+  // docs/performance.md). The eager choice is the sender's alone, so receives need no second worker.
+  // The user's UCX_RNDV_THRESH wins, for every peer.
+  auto is_local = [&](int p) { return p != rank && size_t(p) < watched_locally.size() && watched_locally[size_t(p)]; };
+  bool any_local = false, any_remote = false;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    (is_local(p) ? any_local : any_remote) = true;
+  }
+  const bool rendezvous_chosen_by_user = std::getenv("UCX_RNDV_THRESH") != nullptr;
+  context_is_eager_ = any_remote && !any_local && !rendezvous_chosen_by_user;
+  context_ = create_context(context_is_eager_);
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) == UCS_OK) memory_types_ = attr.memory_types;
+  worker_ = create_worker(context_, &event_fd_);
+  if (any_remote && any_local && !rendezvous_chosen_by_user) {
+    eager_context_ = create_context(true);
+    ucp_context_attr_t eager_attr{};
+    eager_attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    // A memory type counts only if both contexts carry it (they load the same transports).
+    if (ucp_context_query(eager_context_, &eager_attr) == UCS_OK) memory_types_ &= eager_attr.memory_types;
+    eager_worker_ = create_worker(eager_context_, &eager_event_fd_);
+    log().debug("rank {}: sending to other hosts through a second, eager UCX context", rank);
   }
 
   // Publish our worker address, then connect to everyone's.
@@ -195,11 +223,14 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
     // transports, which cannot, and sends even same-host traffic through TCP loopback: two kernel
     // copies per message. A same-host peer the communicator watches by pid needs no report from UCX,
     // so it gets shared memory (posix/sysv FIFOs, and CMA single-copy for large messages).
-    peer->watched_locally = p != rank && size_t(p) < watched_locally.size() && watched_locally[size_t(p)];
+    peer->watched_locally = is_local(p);
     ep.err_mode = peer->watched_locally ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &UcxTransport::on_endpoint_error;
     ep.err_handler.arg = peer.get();
-    PRIDE_UCX_CHECK(ucp_ep_create(worker_, &ep, &peer->ep), "rank {}: connecting to peer {}", rank, p);
+    // Every send to a peer goes through this one endpoint, so UCX keeps their order (tag matching
+    // relies on it), whatever the memory type.
+    peer->worker = eager_worker_ != nullptr && p != rank && !peer->watched_locally ? eager_worker_ : worker_;
+    PRIDE_UCX_CHECK(ucp_ep_create(peer->worker, &ep, &peer->ep), "rank {}: connecting to peer {}", rank, p);
     peers_[size_t(p)] = std::move(peer);
   }
   log().debug("rank {}: UCX transport up, {} peers", rank, size);
@@ -208,13 +239,15 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
 UcxTransport::~UcxTransport() { release(); }
 
 void UcxTransport::release() {
-  if (worker_ != nullptr) {
-    close_endpoints();
-    ucp_worker_destroy(worker_);
-    worker_ = nullptr;
-  }
+  close_endpoints();
+  if (eager_worker_ != nullptr) ucp_worker_destroy(eager_worker_);
+  eager_worker_ = nullptr;
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  worker_ = nullptr;
   for (UcxOp* op : orphaned_ops_) delete op;  // their callbacks can no longer come
   orphaned_ops_.clear();
+  if (eager_context_ != nullptr) ucp_cleanup(eager_context_);
+  eager_context_ = nullptr;
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
 }
@@ -245,10 +278,11 @@ void UcxTransport::close_all(uint32_t flags_for_live_peers, std::chrono::millise
     if (peer->failure.empty()) peer->failure = "connection closed";  // later sends fail at once
   }
   // A forced close completes the endpoint's pending sends (cancelled) within a few progress calls.
+  // progress() drives both workers, whichever one a closing endpoint belongs to.
   const auto deadline = Clock::now() + patience;
   for (void* req : closing) {
     while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) {
-      ucp_worker_progress(worker_);
+      progress();
     }
     ucp_request_free(req);
   }
@@ -264,6 +298,11 @@ void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
 std::string UcxTransport::peer_failure(int peer) const {
   if (peer < 0 || peer >= size_) return {};
   return peers_[size_t(peer)]->failure;
+}
+
+bool UcxTransport::sends_eagerly_to(int peer) const {
+  if (peer < 0 || peer >= size_ || peers_[size_t(peer)] == nullptr) return false;
+  return context_is_eager_ || (eager_worker_ != nullptr && peers_[size_t(peer)]->worker == eager_worker_);
 }
 
 std::string UcxTransport::route(int peer) const {
@@ -318,7 +357,7 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, size_t bytes,
   PRIDE_ENFORCE(peer >= 0 && peer < size_, "rank {}: send to invalid peer {}", rank_, peer);
   PRIDE_ENFORCE(carries(memory), "rank {}: this UCX cannot send from {} memory (to peer {})", rank_,
                 memory == MemoryType::kCuda ? "CUDA" : "host", peer);
-  auto req = std::make_unique<UcxRequest>(worker_, &orphaned_ops_, peer, true, bytes);
+  auto req = std::make_unique<UcxRequest>(peers_[size_t(peer)]->worker, &orphaned_ops_, peer, true, bytes);
   if (!peers_[size_t(peer)]->failure.empty()) {
     req->start(UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET));
     return req;
@@ -351,25 +390,34 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, size_t bytes, Memor
   return req;
 }
 
-bool UcxTransport::progress() { return ucp_worker_progress(worker_) != 0; }
+bool UcxTransport::progress() {
+  if (worker_ == nullptr) return false;
+  bool any = ucp_worker_progress(worker_) != 0;
+  if (eager_worker_ != nullptr) any = ucp_worker_progress(eager_worker_) != 0 || any;
+  return any;
+}
 
 void UcxTransport::wait_for_activity(std::chrono::microseconds max_wait) {
-  if (event_fd_ < 0) {
+  const bool two = eager_worker_ != nullptr;
+  if (event_fd_ < 0 || (two && eager_event_fd_ < 0)) {
     Transport::wait_for_activity(max_wait);
     return;
   }
   // Arming fails with BUSY when events are already queued: the caller's next progress() has work.
-  const ucs_status_t armed = ucp_worker_arm(worker_);
-  if (armed == UCS_ERR_BUSY) return;
-  if (armed != UCS_OK) {
-    Transport::wait_for_activity(max_wait);
-    return;
+  for (ucp_worker_h worker : {worker_, eager_worker_}) {
+    if (worker == nullptr) continue;
+    const ucs_status_t armed = ucp_worker_arm(worker);
+    if (armed == UCS_ERR_BUSY) return;
+    if (armed != UCS_OK) {
+      Transport::wait_for_activity(max_wait);
+      return;
+    }
   }
-  pollfd fd{event_fd_, POLLIN, 0};
+  pollfd fds[2] = {{event_fd_, POLLIN, 0}, {eager_event_fd_, POLLIN, 0}};
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(max_wait);
   const timespec timeout{static_cast<time_t>(seconds.count()),
                          static_cast<long>(std::chrono::nanoseconds(max_wait - seconds).count())};
-  ppoll(&fd, 1, &timeout, nullptr);  // EINTR or a timeout: the caller progresses and checks again
+  ppoll(fds, two ? 2 : 1, &timeout, nullptr);  // EINTR or a timeout: the caller progresses and checks again
 }
 
 void UcxTransport::wake() {

@@ -1,6 +1,11 @@
 // Transport over UCX's ucp tag API: one context and one worker per communicator, an endpoint to every
 // peer created from worker addresses exchanged through the store, peer-failure handling on.
 //
+// A rank with peers both on its own host and on others sends to the remote ones through a second
+// context and worker whose messages all go eagerly (see connect()). Every receive stays on the first
+// worker: the eager protocol needs nothing from the receiver's side but a posted receive, so the
+// second worker only sends, and tag matching (any-peer receives included) sees one worker.
+//
 // Progress is explicit: the thread that runs the collective calls progress() while it waits. pride
 // runs every collective of a communicator on one thread (the torch plugin's worker), so the worker is
 // single-threaded (UCS_THREAD_MODE_SINGLE, no locks), and no progress thread competes for the few
@@ -46,20 +51,25 @@ class UcxTransport final : public Transport {
   std::string peer_failure(int peer) const override;
   std::string route(int peer) const override;
   void abort() override;
-
-  ucp_worker_h worker() const { return worker_; }
+  // True where RNDV_THRESH=inf governs the peer's endpoint (see connect()).
+  bool sends_eagerly_to(int peer) const override;
 
  private:
   struct Peer {
     UcxTransport* self = nullptr;
     int rank = -1;
     ucp_ep_h ep = nullptr;
+    ucp_worker_h worker = nullptr;  // the worker `ep` belongs to: worker_, or eager_worker_ for a remote peer
     std::string failure;  // set by the endpoint's error handler
     bool watched_locally = false;  // no UCX error handling: the communicator checks the peer's pid
   };
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void connect(Store& store, const std::vector<bool>& watched_locally);  // the constructor's work
-  void release();  // closes endpoints, destroys the worker and the context (each if it exists)
+  // ucp_init with the features pride uses; `eager` sets RNDV_THRESH=inf (every message eager).
+  ucp_context_h create_context(bool eager) const;
+  // A single-threaded worker on `context`, and its wake-up fd (-1 when UCX has none).
+  ucp_worker_h create_worker(ucp_context_h context, int* event_fd) const;
+  void release();  // closes endpoints, destroys the workers and the contexts (each if it exists)
   void close_endpoints();
   // Closes the endpoints with `flags` (0: flush; UCP_EP_CLOSE_FLAG_FORCE) and progresses until the
   // closes finish or `patience` passes.
@@ -71,6 +81,11 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   uint64_t memory_types_ = UCS_BIT(UCS_MEMORY_TYPE_HOST);  // ucp_context_query's, a bit per ucs_memory_type
   int event_fd_ = -1;  // the worker's wakeup fd (UCP_FEATURE_WAKEUP); -1 when UCX has none
+  bool context_is_eager_ = false;  // the main context was made with RNDV_THRESH=inf
+  // The send-only eager context and worker of a rank with both same-host and remote peers; null otherwise.
+  ucp_context_h eager_context_ = nullptr;
+  ucp_worker_h eager_worker_ = nullptr;
+  int eager_event_fd_ = -1;
   std::vector<std::unique_ptr<Peer>> peers_;
   bool closing_ = false;
   // Ops of requests destroyed while UCX still held them (a send to a peer that failed): UCX may never
