@@ -1,5 +1,7 @@
 #include "backend/common/settings.h"
 
+#include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -24,17 +26,39 @@ double env_double(const char* name, double fallback) {
   return d;
 }
 
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 Settings read_settings() {
   Settings s;
   if (const char* v = env("PRIDE_ALGO")) s.algo = v;
-  if (const char* v = env("PRIDE_DEBUG")) s.log_level = v;
-  s.timeout = std::chrono::milliseconds(static_cast<int64_t>(env_double("PRIDE_TIMEOUT", 300) * 1000));
-  s.segment_bytes = static_cast<size_t>(env_double("PRIDE_SEGMENT_BYTES", double(s.segment_bytes)));
-  PRIDE_CHECK_ARG(s.segment_bytes == 0 || s.segment_bytes >= 64,
-                  "PRIDE_SEGMENT_BYTES must be at least 64 (or 0: the default of each algorithm)");
+  PRIDE_CHECK_ARG(s.algo == "auto" || s.algo == "ring" || s.algo == "tree" || s.algo == "direct" ||
+                      s.algo == "allgather" || s.algo == "hier",
+                  "PRIDE_ALGO='{}' is not one of auto, ring, tree, direct, allgather, hier", s.algo);
+  // spdlog takes a name it does not know for "off": a typo would silence warnings too.
+  if (const char* v = env("PRIDE_DEBUG")) s.log_level = lower(v);
+  if (s.log_level == "warning") s.log_level = "warn";
+  if (s.log_level == "error") s.log_level = "err";
+  PRIDE_CHECK_ARG(s.log_level == "trace" || s.log_level == "debug" || s.log_level == "info" || s.log_level == "warn" ||
+                      s.log_level == "err" || s.log_level == "off",
+                  "PRIDE_DEBUG='{}' is not one of trace, debug, info, warn, error, off", env("PRIDE_DEBUG"));
+  const double timeout_s = env_double("PRIDE_TIMEOUT", 300);
+  PRIDE_CHECK_ARG(timeout_s > 0 && timeout_s <= 1e9, "PRIDE_TIMEOUT={} is not a number of seconds in (0, 1e9]", timeout_s);
+  s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  const double segment = env_double("PRIDE_SEGMENT_BYTES", double(s.segment_bytes));
+  PRIDE_CHECK_ARG(segment == 0 || (segment >= 64 && segment <= double(size_t(1) << 40) && segment == double(int64_t(segment))),
+                  "PRIDE_SEGMENT_BYTES={} is not a whole number of bytes of at least 64 (or 0: the default of each "
+                  "algorithm)", segment);
+  s.segment_bytes = static_cast<size_t>(segment);
   s.check_fingerprint = env_double("PRIDE_CHECK_FINGERPRINT", 1) != 0;
   s.link_latency_us = env_double("PRIDE_LINK_LATENCY_US", 0);
+  PRIDE_CHECK_ARG(s.link_latency_us >= 0, "PRIDE_LINK_LATENCY_US={} is negative (0: the built-in model)",
+                  s.link_latency_us);
   s.link_bandwidth_gbps = env_double("PRIDE_LINK_BANDWIDTH_GBPS", 0);
+  PRIDE_CHECK_ARG(s.link_bandwidth_gbps >= 0, "PRIDE_LINK_BANDWIDTH_GBPS={} is negative (0: the built-in model)",
+                  s.link_bandwidth_gbps);
   if (const char* v = env("PRIDE_HOSTNAME")) s.hostname = v;
   s.shared_memory = env_double("PRIDE_SHARED_MEMORY", 1) != 0;
   const double threads = env_double("PRIDE_THREADS", 0);

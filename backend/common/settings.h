@@ -9,8 +9,8 @@
 namespace pride {
 
 struct Settings {
-  std::string algo = "auto";               // PRIDE_ALGO: auto|ring|tree|direct|allgather — sign-allreduce algorithm
-  std::string log_level = "warn";          // PRIDE_DEBUG: trace|debug|info|warn|error|off
+  std::string algo = "auto";               // PRIDE_ALGO: auto|ring|tree|direct|allgather|hier — sign-allreduce algorithm
+  std::string log_level = "warn";          // PRIDE_DEBUG: trace|debug|info|warn|error|off, any case (held as spdlog's name)
   std::chrono::milliseconds timeout{300000};  // PRIDE_TIMEOUT (seconds): default deadline of the C++ API
   size_t segment_bytes = 0;                // PRIDE_SEGMENT_BYTES: packed bytes per pipeline segment (0: by algorithm)
   bool check_fingerprint = true;           // PRIDE_CHECK_FINGERPRINT=0 disables the per-collective check

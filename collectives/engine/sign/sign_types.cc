@@ -35,8 +35,8 @@ SignAlgorithm parse_sign_algorithm(const std::string& s) {
                  SignAlgorithm::kAllgather, SignAlgorithm::kHier}) {
     if (s == name(a)) return a;
   }
-  throw InvalidArgument("sign_allreduce: algorithm (PRIDE_ALGO) must be one of auto, ring, tree, direct, "
-                        "allgather, hier; got \"" + s + "\"");
+  throw InvalidArgument("sign_allreduce: the algorithm must be one of auto, ring, tree, direct, allgather, hier; "
+                        "got \"" + s + "\"");
 }
 
 }  // namespace pride
