@@ -49,6 +49,26 @@ def slowest_own_medians(own, warmup, group):
     return out
 
 
+def parse_args(parser):
+    """parser.parse_args(), then the checks every benchmark's common options need, as usage errors:
+    --ranks, --iters >= 1, --warmup >= 0, --log2-numel in [0, 34], and with --env the launcher's
+    variables (init_process_group's env:// needs all four)."""
+    args = parser.parse_args()
+    for name, low in (("ranks", 1), ("iters", 1), ("steps", 1), ("warmup", 0)):
+        value = getattr(args, name, None)
+        if value is not None and value < low:
+            parser.error(f"--{name} must be at least {low}, got {value}")
+    log2 = getattr(args, "log2_numel", None)
+    if log2 is not None and not 0 <= log2 <= 34:
+        parser.error(f"--log2-numel must be in [0, 34], got {log2}")
+    if getattr(args, "env", False):
+        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            parser.error(f"--env: {', '.join(missing)} not set; start each rank with a launcher (torchrun, "
+                         "scripts/netns_run.sh), or drop --env to spawn --ranks processes here")
+    return args
+
+
 def launch(worker, args, report):
     """Runs worker(rank, args, store_path, out_path) on every rank, then report(args, result) on rank 0
     with the JSON that rank 0's worker wrote to out_path. With args.env this process is one rank of a

@@ -31,7 +31,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import (ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes, placement,
+from bench_common import (ENV_HELP, foreach_lion, init_pride_group, launch, model_like_sizes, parse_args, placement,
                           slowest_own_medians)
 
 
@@ -118,6 +118,9 @@ def worker(rank, args, store_path, out_path):
     own = {name: [] for name in cases}  # each rank's own step, without the trailing barrier
     pride.reset_stats()
     for it in range(args.warmup + args.iters):
+        if rank == 0:
+            print(f"# step {it + 1}/{args.warmup + args.iters}{' (warm-up)' if it < args.warmup else ''}",
+                  file=sys.stderr, flush=True)
         for name, (params, step) in cases.items():
             for p, g in zip(params, grads):
                 p.grad = g
@@ -198,7 +201,7 @@ def main():
                              "mavo alone is the step in a loop with nothing between its iterations, for profiling")
     parser.add_argument("--json", help="also write the result here")
     parser.add_argument("--env", action="store_true", help=ENV_HELP)
-    return launch(worker, parser.parse_args(), report)
+    return launch(worker, parse_args(parser), report)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import argparse
 import json
 import sys
 
-from bench_common import ENV_HELP, launch, optimizer_worker, print_optimizer_table
+from bench_common import ENV_HELP, launch, parse_args, optimizer_worker, print_optimizer_table
 
 CONFIGS = ("G-Lion", "D-Lion MaVo", "Cub int8 sign", "Cub L1 every K", "Cub L1 doubling", "Cub levels sign",
            "Cub L1 levels every K")
@@ -109,7 +109,7 @@ def main():
                         + ", ".join(CONFIGS[1:]) + ")")
     p.add_argument("--json", help="also write the result here")
     p.add_argument("--env", action="store_true", help=ENV_HELP)
-    args = p.parse_args()
+    args = parse_args(p)
     if args.steps < 2 or args.numel < 4 or args.sync_every < 1 or args.sync_doubling_k < 1:
         p.error("--steps >= 2, --numel >= 4, --sync-every >= 1 and --sync-doubling-k >= 1")
     unknown = [c for c in args.configs or [] if c not in CONFIGS]

@@ -19,7 +19,7 @@ import time
 import torch
 
 import pride
-from bench_common import foreach_lion, model_like_sizes
+from bench_common import foreach_lion, model_like_sizes, parse_args
 from pride.optim import DistributedLion
 
 
@@ -37,7 +37,7 @@ def main():
     parser.add_argument("--log2-numel", type=int, default=24, help="parameters in total, log2 (default 24)")
     parser.add_argument("--iters", type=int, default=9, help="timed repetitions, median reported (default 9)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    args = parser.parse_args()
+    args = parse_args(parser)
     torch.set_num_threads(1)
     dtype = getattr(torch, args.dtype)
     n = 1 << args.log2_numel

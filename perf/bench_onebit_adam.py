@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from bench_common import ENV_HELP, launch, optimizer_worker, print_optimizer_table
+from bench_common import ENV_HELP, launch, parse_args, optimizer_worker, print_optimizer_table
 
 CONFIGS = ("Adam", "1-bit Adam", "0/1 Adam")
 # A step's kind: full = float32 gradients averaged (Adam; the compressed optimizers' warm-up and
@@ -88,7 +88,7 @@ def main():
     p.add_argument("--local-step-clipper", type=int, default=16, help="0/1 Adam: the largest interval (default 16)")
     p.add_argument("--json", help="also write the result here")
     p.add_argument("--env", action="store_true", help=ENV_HELP)
-    args = p.parse_args()
+    args = parse_args(p)
     if args.steps < 2 or args.numel < 4 or not 0 < args.warmup_fraction < 1:
         p.error("--steps >= 2, --numel >= 4 and 0 < --warmup-fraction < 1")
     return launch(worker, args, report)

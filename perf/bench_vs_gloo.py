@@ -24,8 +24,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import (ENV_HELP, init_pride_group, launch, placement, print_side_by_side, side_by_side_result,
-                          slowest_own_medians, time_alternating)
+from bench_common import (ENV_HELP, init_pride_group, launch, parse_args, placement, print_side_by_side,
+                          side_by_side_result, slowest_own_medians, time_alternating)
 
 
 def timed(fn, barrier, own=None):
@@ -60,7 +60,7 @@ def worker(rank, args, store_path, out_path):
     own = {name: [] for name in cases}
     own_of = {id(fn): own[name] for name, fn in cases.items()}
     times = time_alternating(cases, lambda fn: timed(fn, barrier, own_of[id(fn)]), lambda: work.copy_(source),
-                             args.warmup, args.iters)
+                             args.warmup, args.iters, progress=rank == 0)
     slowest_own = slowest_own_medians(own, args.warmup, gloo)
     # results must agree: pride's fp32 sum equals Gloo's up to summation order
     a, b = source.clone(), source.clone()
@@ -86,7 +86,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     parser.add_argument("--json", help="also write the result here")
     parser.add_argument("--env", action="store_true", help=ENV_HELP)
-    return launch(worker, parser.parse_args(), report)
+    return launch(worker, parse_args(parser), report)
 
 
 def report(args, result):

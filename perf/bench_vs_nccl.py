@@ -32,7 +32,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench_common import init_pride_group, launch, print_side_by_side, side_by_side_result, time_alternating
+from bench_common import init_pride_group, launch, parse_args, print_side_by_side, side_by_side_result, time_alternating
 
 
 # pride.stats() keys under which sign-allreduce's algorithms count their bytes.
@@ -224,7 +224,7 @@ def main():
     parser.add_argument("-e", "--maxbytes", type=parse_bytes, help="sweep: largest size in bytes (e.g. 256M)")
     parser.add_argument("-f", "--stepfactor", type=int, default=4, help="sweep: factor between sizes (default 4)")
     parser.add_argument("--json", help="also append the result (one JSON line) to this file")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if (args.minbytes is None) != (args.maxbytes is None):
         parser.error("a sweep needs both -b and -e")
     if args.minbytes is not None and (args.minbytes < 4 or args.maxbytes < args.minbytes or args.stepfactor < 2):

@@ -38,7 +38,7 @@ import torch.distributed as dist
 import pride  # noqa: F401  (registers the "pride" backend)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import ENV_HELP, init_pride_group, launch  # noqa: E402
+from bench_common import ENV_HELP, init_pride_group, launch, parse_args  # noqa: E402
 
 
 def parse_size(text):
@@ -120,6 +120,9 @@ def worker(rank, args, store_path, out_path):
     got = torch.empty(args.bytes, dtype=torch.uint8)
     own = []
     for it in range(args.warmup + args.iters):
+        if rank == 0:
+            print(f"# round {it + 1}/{args.warmup + args.iters}{' (warm-up)' if it < args.warmup else ''}",
+                  file=sys.stderr, flush=True)
         t = bandwidth_round(out, got, to, frm)
         if it >= args.warmup:
             own.append(t)
@@ -202,12 +205,9 @@ def main():
     p.add_argument("--pings", type=int, default=50, help="round trips for the latency (default 50)")
     p.add_argument("--json", help="also write the summary here")
     p.add_argument("--env", action="store_true", help=ENV_HELP)
-    args = p.parse_args()
-    for name in ("ranks", "iters", "pings"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
-    if args.warmup < 0:
-        p.error("--warmup must be at least 0")
+    args = parse_args(p)
+    if args.pings < 1:
+        p.error("--pings must be at least 1")
     return launch(worker, args, report)
 
 

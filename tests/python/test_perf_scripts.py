@@ -226,6 +226,7 @@ def test_probe_links_summary_takes_the_slowest_hosts_best_round_and_half_the_rou
     # Host a's rounds: 1, 0.5, 1 Gbit/s; host b's: 2, 2, 4.
     assert s["per_host_gbit_per_s"] == {"a": 1.0, "b": 4.0}  # best rounds
     assert s["per_host_median_gbit_per_s"] == {"a": 1.0, "b": 2.0}
+    assert s["per_host_rounds_gbit_per_s"] == {"a": [1.0, 0.5, 1.0], "b": [2.0, 2.0, 4.0]}
     assert s["slowest_host"] == "a" and s["gbit_per_s"] == 1.0
     assert abs(s["latency_us"] - 100.0) < 1e-9  # median round trip 200 us
 
@@ -266,3 +267,18 @@ def test_probe_links_refuses_bad_sizes():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "probe_links.py"), "--bytes", "12Q"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not a size" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("bench_vs_gloo.py", ["--ranks", "0"], "--ranks must be at least 1"),
+    ("bench_dlion_step.py", ["--iters", "0"], "--iters must be at least 1"),
+    ("bench_lion_step.py", ["--log2-numel", "-1"], "--log2-numel must be in [0, 34]"),
+    ("bench_onebit_adam.py", ["--warmup-fraction", "0.5", "--steps", "0"], "--steps must be at least 1"),
+    ("bench_lion_cub.py", ["--env"], "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set"),
+    ("probe_links.py", ["--warmup", "-1"], "--warmup must be at least 0"),
+])
+def test_benchmarks_refuse_bad_input_before_starting_ranks(script, args, message):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", script), *args],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
