@@ -11,7 +11,7 @@ Reports, per configuration: step ms, the ratio to lion-pytorch's Triton step (N 
 (5 passes over the parameters at the copy bandwidth measured in the same run), and the extra device
 memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket. With
 --world N > 1 it first times pride's N = 1 step in a process of its own, with the same parameters and
-options, and reports the N-rank step against N times that (issue 13's target: at most 1.3), unless
+options, and reports the N-rank step against N times that (the target: at most 1.3), unless
 --no-baseline.
 """
 

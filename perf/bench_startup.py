@@ -1,4 +1,4 @@
-"""How pride scales with the number of ranks on one host (issue 11, item 4):
+"""How pride scales with the number of ranks on one host:
 
 1. start-up: the wall time from the moment every rank is released (torch and pride already
    imported) until every rank has finished init_process_group("pride") and a first all_reduce;

@@ -1,5 +1,5 @@
 """pride's sign-allreduce over NCCL against NCCL's own fp32 allreduce of the same CUDA tensor, side by side
-in one job (issue 14's benchmark; docs/performance.md, "GPU").
+in one job (the target: at least 12x at 4 ranks and 2^26 elements; docs/performance.md, "GPU").
 
 Every rank joins one pride group (the default group, its CUDA tensors over NCCL) and one plain torch
 "nccl" group over the same ranks, then times, alternating in one loop so that noise hits every case:

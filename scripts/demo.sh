@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job (README): set up, build, then run the Distributed Lion demo with its defaults
-# (4 local workers; D-Lion MaVo / D-Lion Avg / G-Lion / G-AdamW on scikit-learn's digits).
+# (4 local workers on scikit-learn's digits: D-Lion MaVo, D-Lion Avg, D-Lion Cub, G-Lion, 1-bit Adam, 0/1 Adam, G-AdamW).
 # Arguments are passed to the demo, e.g.  bash scripts/demo.sh --seeds 3 --out results
 # (see  python examples/distributed_lion_demo.py --help). Results land in results/ by default.
 set -euo pipefail

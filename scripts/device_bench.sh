@@ -8,7 +8,7 @@
 #
 #   bash scripts/device_bench.sh [--out DIR] [--build-dir build/device] [--quick | --cpu]
 #
-# --cpu runs only issue 15's host-CPU figures instead (the machine's 16 cores: sign-allreduce against
+# --cpu runs only the host-CPU figures instead (the machine's 16 cores: sign-allreduce against
 # Gloo's fp32 allreduce at 4 and 16 ranks, the 4 ranks' call against their kernels alone, and where
 # network namespaces can be made, the D-Lion step and sign-allreduce at 4 x 1 Gbit/s).
 set -uo pipefail

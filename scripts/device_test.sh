@@ -13,7 +13,7 @@
 #   --suite S       all (default), ctest, pytest, or gpu (only the tests labelled/marked gpu)
 #   --bench         also run the GPU benchmarks (scripts/device_bench.sh) after the tests
 #   --bench-quick   the same on 20M parameters instead of 350M (minutes less)
-#   --bench-cpu     instead, issue 15's host-CPU figures (device_bench.sh --cpu; ~4 minutes)
+#   --bench-cpu     instead, the host-CPU figures (device_bench.sh --cpu; ~4 minutes)
 #   --pytest-k EXPR select pytest tests; give it several times for several pytest runs, in that order
 #   --workers N     pytest-xdist workers (default: cores / 4)
 #   --budget S      the whole run's wall-clock limit: every phase runs under a timeout of what is left

@@ -16,10 +16,9 @@ set -euo pipefail
 N=4; P=1; RATE=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    -n) N="$2"; shift 2 ;;
-    -p) P="$2"; shift 2 ;;
-    -r) RATE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    -n|-p|-r) [ $# -ge 2 ] || { echo "netns_run: $1 needs a value (see --help)"; exit 2; }
+       case "$1" in -n) N="$2" ;; -p) P="$2" ;; -r) RATE="$2" ;; esac; shift 2 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     --) shift; break ;;
     *) echo "netns_run: unknown option $1 (see --help)"; exit 2 ;;
   esac

@@ -13,11 +13,12 @@ namespace {
 // and put the caller's back afterwards.
 class DeviceScope {
  public:
-  explicit DeviceScope(int device) {
+  DeviceScope(int device, int rank, int size) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
     if (previous_ != device) {
       const cudaError_t status = cudaSetDevice(device);
-      PRIDE_ENFORCE(status == cudaSuccess, "cudaSetDevice({}) failed: {}", device, cudaGetErrorString(status));
+      PRIDE_ENFORCE(status == cudaSuccess, "pride rank {}/{}: cudaSetDevice({}) for NCCL failed: {}", rank, size, device,
+                    cudaGetErrorString(status));
     }
     device_ = device;
   }
@@ -58,7 +59,7 @@ NcclComm::NcclComm(Store& store, const std::string& key, int rank, int size, int
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  DeviceScope on_device(device);
+  DeviceScope on_device(device, rank, size);
   const ncclResult_t started = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
   if (started != ncclSuccess && started != ncclInProgress) {
     const std::string why = describe(started);
@@ -108,7 +109,7 @@ void NcclComm::abort() {
 
 void NcclComm::close(std::chrono::milliseconds patience) {
   if (comm_ == nullptr) return;
-  DeviceScope on_device(device_);
+  DeviceScope on_device(device_, rank_, size_);
   const ncclResult_t finalizing = ncclCommFinalize(comm_);
   bool finalized = false;
   if (finalizing == ncclSuccess || finalizing == ncclInProgress) {
