@@ -59,6 +59,7 @@ import torch.nn.functional as F
 import pride  # registers the "pride" torch.distributed backend
 from pride.optim import DistributedLion
 
+ALGORITHMS = ["auto", "direct", "ring", "tree", "allgather", "hier"]  # pride's sign-allreduce algorithms
 CONFIGS = ["D-Lion MaVo", "D-Lion Avg", "D-Lion Cub", "G-Lion", "1-bit Adam", "0/1 Adam", "G-AdamW"]
 LION_MODE = {"D-Lion MaVo": "vote", "D-Lion Avg": "mean", "D-Lion Cub": "vote", "G-Lion": "global"}
 # The schedules of 1-bit Adam's warm-up and 0/1 Adam's variance freeze, as a fraction of the run
@@ -112,8 +113,10 @@ def parse_args(argv=None):
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help=f"comma-separated configurations to train (default all: {', '.join(CONFIGS)}); "
                         f"G-Lion and G-AdamW are always included (the report compares against them)")
-    p.add_argument("--algo", default="direct", choices=["auto", "direct", "ring", "tree", "allgather", "hier"],
-                   help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers). direct is the "
+    p.add_argument("--algo", default=os.environ.get("PRIDE_ALGO", "direct"),
+                   choices=ALGORITHMS,
+                   help="sign-allreduce algorithm (sets PRIDE_ALGO for the workers; default: PRIDE_ALGO if set, "
+                        "else direct). direct is the "
                         "bandwidth-optimal one (SPEC §4), what a bandwidth-bound multi-host job uses; "
                         "auto lets the cost model choose, and on one host it picks the latency-friendly "
                         "allgather (N-1 bits per element) for a model this small. All give identical "
@@ -135,6 +138,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="tiny smoke run: 2 workers, 1 epoch, width 8, 1 seed (overrides those flags)")
     args = p.parse_args(argv)
+    if args.algo not in ALGORITHMS:  # argparse checks what was given, not a default taken from PRIDE_ALGO
+        p.error(f"PRIDE_ALGO={args.algo!r}: choose from {', '.join(ALGORITHMS)}")
     if args.quick:
         args.workers, args.epochs, args.width, args.seeds = 2, 1, 8, 1
         args.lm_steps, args.lm_evals, args.lm_layers, args.lm_dim, args.lm_context, args.lm_megabytes = 20, 2, 1, 64, 32, 0.5
