@@ -83,9 +83,10 @@ class Transport {
   // Non-empty when the transport has seen `peer` fail (connection reset, process gone).
   virtual std::string peer_failure(int peer) const = 0;
 
-  // How messages to `peer` travel, for logs and perf tools (e.g. "posix+cma" or "tcp").
+  // How messages to `peer` travel, for logs and perf tools (e.g. "posix+cma" or "tcp"), and whether
+  // sends to it go eagerly at any size, with no rendezvous round trip (UCX over TCP). Both are fixed
+  // once the transport is connected, so any thread may ask.
   virtual std::string route(int /*peer*/) const { return name(); }
-  // Whether sends to `peer` go eagerly at any size, with no rendezvous round trip (UCX over TCP).
   virtual bool sends_eagerly_to(int /*peer*/) const { return false; }
 
   // After a failure: closes every connection at once, without waiting for peers (which may be gone

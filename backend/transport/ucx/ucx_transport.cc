@@ -128,11 +128,16 @@ UcxTransport::UcxTransport(int rank, int size, Store& store, const std::vector<b
   }
 }
 
-ucp_context_h UcxTransport::create_context(bool eager) const {
+ucp_context_h UcxTransport::create_context(bool eager, bool second) const {
   ucp_config_t* config = nullptr;
   PRIDE_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config), "rank {}", rank_);
   if (eager && ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK) {
     log().debug("rank {}: could not set UCX's RNDV_THRESH; keeping UCX's default", rank_);
+  }
+  // A second, send-only context for remote peers (see connect()) needs no shared-memory transports,
+  // whose FIFOs and segments each worker would otherwise set up again. The user's UCX_TLS wins.
+  if (eager && second && std::getenv("UCX_TLS") == nullptr && ucp_config_modify(config, "TLS", "^sm") != UCS_OK) {
+    log().debug("rank {}: could not leave shared memory out of the second UCX context", rank_);
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -182,13 +187,13 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
   }
   const bool rendezvous_chosen_by_user = std::getenv("UCX_RNDV_THRESH") != nullptr;
   context_is_eager_ = any_remote && !any_local && !rendezvous_chosen_by_user;
-  context_ = create_context(context_is_eager_);
+  context_ = create_context(context_is_eager_, /*second=*/false);
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   if (ucp_context_query(context_, &attr) == UCS_OK) memory_types_ = attr.memory_types;
   worker_ = create_worker(context_, &event_fd_);
   if (any_remote && any_local && !rendezvous_chosen_by_user) {
-    eager_context_ = create_context(true);
+    eager_context_ = create_context(/*eager=*/true, /*second=*/true);
     ucp_context_attr_t eager_attr{};
     eager_attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
     // A memory type counts only if both contexts carry it (they load the same transports).
@@ -231,6 +236,7 @@ void UcxTransport::connect(Store& store, const std::vector<bool>& watched_locall
     // relies on it), whatever the memory type.
     peer->worker = eager_worker_ != nullptr && p != rank && !peer->watched_locally ? eager_worker_ : worker_;
     PRIDE_UCX_CHECK(ucp_ep_create(peer->worker, &ep, &peer->ep), "rank {}: connecting to peer {}", rank, p);
+    peer->route = lanes_of(peer->ep);
     peers_[size_t(p)] = std::move(peer);
   }
   log().debug("rank {}: UCX transport up, {} peers", rank, size);
@@ -242,8 +248,10 @@ void UcxTransport::release() {
   close_endpoints();
   if (eager_worker_ != nullptr) ucp_worker_destroy(eager_worker_);
   eager_worker_ = nullptr;
+  eager_event_fd_ = -1;
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;
+  event_fd_ = -1;  // a late wake() finds no worker to signal
   for (UcxOp* op : orphaned_ops_) delete op;  // their callbacks can no longer come
   orphaned_ops_.clear();
   if (eager_context_ != nullptr) ucp_cleanup(eager_context_);
@@ -306,14 +314,20 @@ bool UcxTransport::sends_eagerly_to(int peer) const {
 }
 
 std::string UcxTransport::route(int peer) const {
-  if (peer < 0 || peer >= size_ || peers_[size_t(peer)]->ep == nullptr) return {};
+  if (peer < 0 || peer >= size_) return {};
+  return peers_[size_t(peer)]->route;
+}
+
+std::string UcxTransport::lanes_of(ucp_ep_h ep) {
   // UCX has no query for an endpoint's transports before 1.14: read them off its printed lane table
-  // ("lane[0]:  3:posix/memory.0 md[2] ...").
+  // ("lane[0]:  3:posix/memory.0 md[2] ..."). The lanes are chosen when the endpoint is created from
+  // the peer's address, so this is read once, in connect(): printing walks UCX's endpoint, which only
+  // the thread that progresses the worker may touch.
   char* text = nullptr;
   size_t length = 0;
   FILE* stream = open_memstream(&text, &length);
   if (stream == nullptr) return {};
-  ucp_ep_print_info(peers_[size_t(peer)]->ep, stream);
+  ucp_ep_print_info(ep, stream);
   std::fclose(stream);
   std::string printed(text, length);
   std::free(text);

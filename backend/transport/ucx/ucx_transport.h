@@ -60,13 +60,16 @@ class UcxTransport final : public Transport {
     int rank = -1;
     ucp_ep_h ep = nullptr;
     ucp_worker_h worker = nullptr;  // the worker `ep` belongs to: worker_, or eager_worker_ for a remote peer
+    std::string route;              // lanes_of(ep), read when connecting
     std::string failure;  // set by the endpoint's error handler
     bool watched_locally = false;  // no UCX error handling: the communicator checks the peer's pid
   };
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void connect(Store& store, const std::vector<bool>& watched_locally);  // the constructor's work
-  // ucp_init with the features pride uses; `eager` sets RNDV_THRESH=inf (every message eager).
-  ucp_context_h create_context(bool eager) const;
+  // ucp_init with the features pride uses; `eager` sets RNDV_THRESH=inf (every message eager), and
+  // `second` leaves out the shared-memory transports (the send-only context for remote peers).
+  ucp_context_h create_context(bool eager, bool second) const;
+  static std::string lanes_of(ucp_ep_h ep);  // "posix+cma", "tcp": the transports of an endpoint's lanes
   // A single-threaded worker on `context`, and its wake-up fd (-1 when UCX has none).
   ucp_worker_h create_worker(ucp_context_h context, int* event_fd) const;
   void release();  // closes endpoints, destroys the workers and the contexts (each if it exists)
