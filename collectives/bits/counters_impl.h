@@ -31,8 +31,37 @@ inline void ripple_in(V* digit, int ndigits, int level, V c) {
   }
 }
 
+// Loads before stores, as counter_add_fixed (below) explains.
+template <class V, int kP>
+void counter_add_plane_fixed(uint64_t* counter, size_t nwords, const uint64_t* plane) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
+    using B = decltype(tag);
+    B a[kP];
+#pragma GCC unroll 32
+    for (int p = 0; p < kP; ++p) a[p] = load_block<B>(counter + p * nwords + w);
+    B c = load_block<B>(plane + w);
+#pragma GCC unroll 32
+    for (int p = 0; p < kP; ++p) {
+      const B t = a[p] & c;
+      a[p] ^= c;
+      c = t;
+    }
+#pragma GCC unroll 32
+    for (int p = 0; p < kP; ++p) store_block(counter + p * nwords + w, a[p]);
+  });
+}
+
+constexpr int kFixedCounterPlanes = 8;  // counters of up to 255 votes
+
+template <class V, size_t... kP>
+constexpr auto fixed_counter_add_plane_kernels(std::index_sequence<kP...>) {
+  return std::array{&counter_add_plane_fixed<V, static_cast<int>(kP) + 1>...};
+}
+
 template <class V>
 void counter_add_plane(uint64_t* counter, int planes, size_t nwords, const uint64_t* plane) {
+  static constexpr auto kFixed = fixed_counter_add_plane_kernels<V>(std::make_index_sequence<kFixedCounterPlanes>{});
+  if (planes >= 1 && planes <= kFixedCounterPlanes) return kFixed[size_t(planes - 1)](counter, nwords, plane);
   for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c = load_block<B>(plane + w);
@@ -45,8 +74,39 @@ void counter_add_plane(uint64_t* counter, int planes, size_t nwords, const uint6
   });
 }
 
+// A block's planes are all loaded before any is stored. The planes of one counter lie nwords apart,
+// usually a multiple of 4 KiB, and a load that follows a store to the same address modulo 4 KiB
+// waits on it (4K aliasing): storing plane p and then loading plane p + 1 did so at every plane. With
+// the plane count a compile-time constant the block stays in registers.
+template <class V, int kP>
+void counter_add_fixed(uint64_t* acc, const uint64_t* other, int other_planes, size_t nwords) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
+    using B = decltype(tag);
+    B a[kP], b[kP];
+#pragma GCC unroll 32
+    for (int p = 0; p < kP; ++p) {
+      a[p] = load_block<B>(acc + p * nwords + w);
+      b[p] = p < other_planes ? load_block<B>(other + p * nwords + w) : B{};
+    }
+    B c{};
+#pragma GCC unroll 32
+    for (int p = 0; p < kP; ++p) full_add(a[p], b[p], c, a[p], c);
+#pragma GCC unroll 32
+    for (int p = 0; p < kP; ++p) store_block(acc + p * nwords + w, a[p]);
+  });
+}
+
+template <class V, size_t... kP>
+constexpr auto fixed_counter_add_kernels(std::index_sequence<kP...>) {
+  return std::array{&counter_add_fixed<V, static_cast<int>(kP) + 1>...};
+}
+
 template <class V>
 void counter_add(uint64_t* acc, int acc_planes, const uint64_t* other, int other_planes, size_t nwords) {
+  static constexpr auto kFixed = fixed_counter_add_kernels<V>(std::make_index_sequence<kFixedCounterPlanes>{});
+  if (acc_planes >= 1 && acc_planes <= kFixedCounterPlanes) {
+    return kFixed[size_t(acc_planes - 1)](acc, other, other_planes, nwords);
+  }
   for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c{};
