@@ -45,7 +45,13 @@ inline __m256i lanes_from_bits<1>(uint32_t bits) {  // 32 lanes of 8 bits
 
 // ---- Per-dtype vector access ---------------------------------------------------------------------
 // pos64/neg64: the vote bits of 64 elements. load8/store8: 8 elements as float32 lanes, store8
-// rounding like Scalar::from_f32. round8: store8 then load8, without the memory.
+// rounding like Scalar::from_f32. round8: store8 then load8, without the memory, except that a NaN
+// stays the NaN it was instead of becoming the canonical one. round8 rounds intermediate values only,
+// and whatever a NaN meets next (products, sums, comparisons) gives a NaN or no vote whatever its
+// sign and payload, and every value that reaches memory goes through store8, which canonicalises: so
+// the results are store8's bit for bit, without two instructions per rounding. (Rounding a NaN of
+// this code keeps it a NaN: its low 16 bits are zero, since it comes from a widened bf16 or fp16, an
+// x86 operation quieting or propagating one, or the default NaN 0xFFC00000.)
 
 struct Avx2F32 {
   using Scalar = F32;
@@ -98,17 +104,18 @@ struct Avx2BF16 : Avx2Half16Votes<0x7F80> {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
-  // Rounded float32 bits with the bf16 in the top half: the bias trick of f32_to_bf16, NaN -> 0x7FC0.
+  // Rounded float32 bits with the bf16 in the top half: the bias trick of f32_to_bf16 (a NaN stays one).
   static __m256i round_bits(__m256 v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i biased = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-    const __m256i rounded = _mm256_and_si256(biased, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    return _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7FC00000), nan);
+    return _mm256_and_si256(biased, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
   }
+  // As f32_to_bf16: NaN -> 0x7FC0.
   static void store8(uint16_t* x, __m256 v) {
-    const __m256i r = _mm256_srli_epi32(round_bits(v), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i bits = _mm256_blendv_epi8(round_bits(v), _mm256_set1_epi32(0x7FC00000), nan);
+    const __m256i r = _mm256_srli_epi32(bits, 16);
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(x), packed);
   }
@@ -130,7 +137,7 @@ struct Avx2F16 : Avx2Half16Votes<0x7C00> {
     return _mm_blendv_epi8(h, canonical, nan16);
   }
   static void store8(uint16_t* x, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(x), narrow8(v)); }
-  static __m256 round8(__m256 v) { return _mm256_cvtph_ps(narrow8(v)); }
+  static __m256 round8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 };
 
 // ---- Pack ----------------------------------------------------------------------------------------
