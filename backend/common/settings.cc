@@ -40,12 +40,13 @@ Settings read_settings() {
   // spdlog takes a name it does not know for "off": a typo would silence warnings too.
   if (const char* v = env("PRIDE_DEBUG")) s.log_level = lower(v);
   if (s.log_level == "warning") s.log_level = "warn";
-  if (s.log_level == "error") s.log_level = "err";
+  if (s.log_level == "error" || s.log_level == "critical") s.log_level = "err";  // pride logs nothing critical
   PRIDE_CHECK_ARG(s.log_level == "trace" || s.log_level == "debug" || s.log_level == "info" || s.log_level == "warn" ||
                       s.log_level == "err" || s.log_level == "off",
                   "PRIDE_DEBUG='{}' is not one of trace, debug, info, warn, error, off", env("PRIDE_DEBUG"));
   const double timeout_s = env_double("PRIDE_TIMEOUT", 300);
-  PRIDE_CHECK_ARG(timeout_s > 0 && timeout_s <= 1e9, "PRIDE_TIMEOUT={} is not a number of seconds in (0, 1e9]", timeout_s);
+  PRIDE_CHECK_ARG(timeout_s >= 0.001 && timeout_s <= 1e9, "PRIDE_TIMEOUT={} is not a number of seconds in [0.001, 1e9]",
+                  timeout_s);
   s.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   const double segment = env_double("PRIDE_SEGMENT_BYTES", double(s.segment_bytes));
   PRIDE_CHECK_ARG(segment == 0 || (segment >= 64 && segment <= double(size_t(1) << 40) && segment == double(int64_t(segment))),

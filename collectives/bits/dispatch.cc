@@ -1,6 +1,7 @@
 // The public kernel API: argument checks, then a call through the table of the active ISA. The ISA
 // is chosen once, on first use, from the CPU and PRIDE_KERNEL_ISA; set_isa() switches it later.
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -181,6 +182,9 @@ void apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int plane
 
 void lion_vote(const void* g, void* m, DType dtype, size_t n, double beta1, double beta2, uint64_t* pos,
                uint64_t* neg) {
+  // Finite betas: the AVX2 code's intermediate roundings keep only the NaNs that finite arithmetic on
+  // the dtype's values can make (elementwise_avx2.h).
+  if (!std::isfinite(beta1) || !std::isfinite(beta2)) throw std::invalid_argument("lion_vote: betas must be finite");
   const detail::LionParams p{static_cast<float>(beta1), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
                              static_cast<float>(1.0 - beta2)};
   element_kernel(active().lion_vote, dtype, "lion_vote")(g, m, n, p, pos, neg);

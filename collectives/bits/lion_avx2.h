@@ -1,6 +1,7 @@
 // AVX2 lion_vote: 8 elements per instruction, for every dtype. bf16 and fp16 widen to float32 exactly,
-// and every rounding back is the dtype's round-to-nearest-even (bf16: on the bits, NaN made 0x7FC0),
-// the same as the portable code, so both ISAs produce identical votes and momentum.
+// and every rounding back is the dtype's round-to-nearest-even (bf16: on the bits; a NaN becomes the
+// canonical 0x7FC0 when stored, elementwise_avx2.h says why only then), the same as the portable code,
+// so both ISAs produce identical votes and momentum.
 // Included only from kernels_avx2.cc (compiled with -mavx2 -mf16c), after elementwise_avx2.h.
 #pragma once
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -258,6 +259,7 @@ TEST(Communicator, PointToPointMatchesTags) {
 // Ranks with same-host peers next to remote ones (a second UCX context) are tested with processes, in
 // tests/python/test_p2p_and_groups.py.
 TEST(Communicator, EagerPointToPointKeepsOrderAndSizes) {
+  if (std::getenv("UCX_RNDV_THRESH") != nullptr) GTEST_SKIP() << "UCX_RNDV_THRESH is set: the user's threshold decides";
   testing::RankOptions options;
   options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
   run_ranks(4, [](Communicator& comm) {
@@ -312,9 +314,31 @@ TEST(Communicator, EagerPointToPointKeepsOrderAndSizes) {
   }, options);
 }
 
+// Sets an environment variable for one scope and puts back what was there, also when a test fails.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 // The user's UCX_RNDV_THRESH decides for every peer.
 TEST(Communicator, UsersRendezvousThresholdDecides) {
-  setenv("UCX_RNDV_THRESH", "auto", 1);
+  const ScopedEnv threshold("UCX_RNDV_THRESH", "auto");
   testing::RankOptions options;
   options.hostname = [](int r) { return "node" + std::to_string(r / 2); };
   run_ranks(4, [](Communicator& comm) {
@@ -327,7 +351,6 @@ TEST(Communicator, UsersRendezvousThresholdDecides) {
     comm.p2p_wait(recv, "recv");
     EXPECT_EQ(got, uint64_t(left));
   }, options);
-  unsetenv("UCX_RNDV_THRESH");
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ std::string reload_with(const char* name, const char* value) {
 
 TEST(Settings, LogLevelInAnyCaseAndItsAliases) {
   for (auto [given, held] : {std::pair{"INFO", "info"}, std::pair{"Debug", "debug"}, std::pair{"warning", "warn"},
-                             std::pair{"ERROR", "err"}, std::pair{"off", "off"}}) {
+                             std::pair{"ERROR", "err"}, std::pair{"critical", "err"}, std::pair{"off", "off"}}) {
     setenv("PRIDE_DEBUG", given, 1);
     Settings::reload();
     EXPECT_EQ(Settings::get().log_level, held) << given;
@@ -44,7 +44,7 @@ TEST(Settings, BadValuesAreErrorsNamingTheVariable) {
     const char* value;
   };
   for (auto [name, value] : {Case{"PRIDE_DEBUG", "1"}, Case{"PRIDE_DEBUG", "verbose"}, Case{"PRIDE_ALGO", "rings"},
-                             Case{"PRIDE_TIMEOUT", "0"}, Case{"PRIDE_TIMEOUT", "-5"}, Case{"PRIDE_TIMEOUT", "1e30"},
+                             Case{"PRIDE_TIMEOUT", "0"}, Case{"PRIDE_TIMEOUT", "0.0001"}, Case{"PRIDE_TIMEOUT", "-5"}, Case{"PRIDE_TIMEOUT", "1e30"},
                              Case{"PRIDE_TIMEOUT", "soon"}, Case{"PRIDE_SEGMENT_BYTES", "-1"},
                              Case{"PRIDE_SEGMENT_BYTES", "32"}, Case{"PRIDE_SEGMENT_BYTES", "1e30"},
                              Case{"PRIDE_SEGMENT_BYTES", "4096.5"}, Case{"PRIDE_LINK_LATENCY_US", "-1"},

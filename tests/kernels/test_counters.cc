@@ -68,7 +68,8 @@ TEST_P(CounterTest, CountPlanesLongVectors) {
 }
 
 TEST_P(CounterTest, AddPlaneOneByOne) {
-  for (int nranks : {1, 2, 3, 7, 8, 15, 16, 31, 64}) {
+  // Counters of 1 to 10 planes: up to 8 each have a kernel of their own, wider ones the general loop.
+  for (int nranks : {1, 2, 3, 7, 8, 15, 16, 31, 40, 64, 255, 300, 700}) {
     for (size_t n : lengths()) {
       if (n > 5000 && nranks > 8) continue;  // keep the suite fast
       const Votes v = random_votes(nranks, n);
@@ -98,6 +99,19 @@ TEST_P(CounterTest, AddCounters) {
       counter_add(acc.data(), acc_planes, other.data(), other_planes, words_for(n));
       ASSERT_EQ(decode_counter(acc.data(), acc_planes, n), sum) << "nranks=" << nranks << " n=" << n;
     }
+  }
+  // One plane each, sums of at most 1: the other counter's ones only where the first has zeros.
+  for (size_t n : short_lengths()) {
+    const Votes a = random_votes(1, n);
+    std::vector<int32_t> b_count(n), sum(n);
+    for (size_t j = 0; j < n; ++j) {
+      b_count[j] = a.count[j] == 0 ? int32_t(j % 3 == 0) : 0;
+      sum[j] = a.count[j] + b_count[j];
+    }
+    auto acc = encode_counter(a.count, 1);
+    const auto other = encode_counter(b_count, 1);
+    counter_add(acc.data(), 1, other.data(), 1, words_for(n));
+    ASSERT_EQ(decode_counter(acc.data(), 1, n), sum) << "one plane, n=" << n;
   }
 }
 
