@@ -39,7 +39,7 @@ void zero_one_local_elements(typename Tr::T* __restrict__ p, const typename Tr::
   const Lerp lerp(a.weight);
   const AdamMove<kDecay, kBiasCorrected> move{a.decay_factor, a.eps, a.neg_step_size, a.bias_correction2_sqrt};
   const float eps = a.eps;
-#pragma GCC ivdep
+PRIDE_LOOP_IVDEP
   for (size_t i = 0; i < n; ++i) {
     zero_one_local_element<Tr, kHasGrad, kDecay, kBiasCorrected, kSync>(p, g, m, v, acc, scaled, i, lerp, move, eps);
   }
@@ -92,7 +92,7 @@ void zero_one_sync_elements(const float* __restrict__ mean, const float* __restr
                             float* __restrict__ anchor, float* __restrict__ acc, typename Tr::T* __restrict__ p,
                             size_t n, const AdamSyncParams& s) {
   const float eps = s.eps, neg_lr_sum = s.neg_lr_sum;
-#pragma GCC ivdep
+PRIDE_LOOP_IVDEP
   for (size_t i = 0; i < n; ++i) {
     zero_one_sync_element<Tr, kMask, kSetMomentum>(mean, v, m, anchor, acc, p, i, eps, neg_lr_sum);
   }
@@ -117,7 +117,7 @@ template <class Tr, bool kHasGrad>
 void onebit_momentum_elements(const typename Tr::T* __restrict__ g, float* __restrict__ m, float* __restrict__ out,
                               size_t n, float weight) {
   const Lerp lerp(weight);
-#pragma GCC ivdep
+PRIDE_LOOP_IVDEP
   for (size_t i = 0; i < n; ++i) onebit_momentum_element<Tr, kHasGrad>(g, m, out, i, lerp);
 }
 
@@ -132,7 +132,7 @@ template <class Tr, bool kMask, bool kDecay, bool kBiasCorrected>
 void onebit_apply_elements(const float* __restrict__ mean, const float* __restrict__ v, float* __restrict__ m,
                            typename Tr::T* __restrict__ p, size_t n, const AdamApplyParams& a) {
   const AdamMove<kDecay, kBiasCorrected> move{a.decay_factor, a.eps, a.neg_step_size, a.bias_correction2_sqrt};
-#pragma GCC ivdep
+PRIDE_LOOP_IVDEP
   for (size_t i = 0; i < n; ++i) onebit_apply_element<Tr, kMask, kDecay, kBiasCorrected>(mean, v, m, p, i, move);
 }
 

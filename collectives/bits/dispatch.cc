@@ -1,6 +1,9 @@
 // The public kernel API: argument checks, then a call through the table of the active ISA. The ISA
 // is chosen once, on first use, from the CPU and PRIDE_KERNEL_ISA; set_isa() switches it later.
 #include <atomic>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -18,9 +21,11 @@ using detail::KernelTable;
 bool cpu_has_avx2() {
 #if defined(__x86_64__) && defined(PRIDE_HAVE_AVX2_KERNELS)
   // f16c (fp16 <-> float32 conversions) and fma (compressed Adam's lerp) are part of the AVX2 path
-  // too; every AVX2 CPU has them.
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("popcnt") &&
-         __builtin_cpu_supports("fma");
+  // too; every AVX2 CPU has them, but a virtual machine may hide them. f16c straight from cpuid (leaf 1,
+  // ecx): clang before 15 does not know it as a __builtin_cpu_supports feature.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("fma");
 #else
   return false;
 #endif

@@ -75,7 +75,7 @@ InterpolationStats lion_cub_interpolate(const void* gv, void* mv, size_t n, cons
   const size_t whole = n - n % kAbsLanes;
   for (size_t base = 0; base < n; base += kBlock) {
     const size_t end = n - base < kBlock ? n : base + kBlock;
-#pragma GCC ivdep
+PRIDE_LOOP_IVDEP
     for (size_t i = base; i < end; ++i) c[i] = lion_cub_element<Tr>(g, m, i, b1, omb1, b2, omb2);
     for (size_t k = base; k + kAbsLanes <= end; k += kAbsLanes) stats.add8(c + k);
   }

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#if !defined(__FLT16_MAX__)
+#include <immintrin.h>
+#endif
 
 namespace pride::bits::test {
 
@@ -121,6 +124,31 @@ std::vector<uint64_t> random_plane(size_t n, double density) {
 
 std::vector<uint64_t> dirty_words(size_t nwords) { return std::vector<uint64_t>(nwords, ~uint64_t{0}); }
 
+namespace {
+
+// fp16 conversions by the compiler's _Float16 where it has one (GCC on x86-64, clang on ARM), else by
+// the CPU's F16C instructions (clang on x86-64 before version 15). Either way not pride's own code.
+#if defined(__FLT16_MAX__)
+float half_to_float(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+uint16_t float_to_half(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+#else
+__attribute__((target("f16c"))) float half_to_float(uint16_t bits) { return _cvtsh_ss(bits); }
+__attribute__((target("f16c"))) uint16_t float_to_half(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+#endif
+
+}  // namespace
+
 float to_float(DType dtype, const uint8_t* values, size_t i) {
   switch (dtype) {
     case DType::kFloat32: {
@@ -137,9 +165,9 @@ float to_float(DType dtype, const uint8_t* values, size_t i) {
       return f;
     }
     case DType::kFloat16: {
-      _Float16 h;
+      uint16_t h;
       std::memcpy(&h, values + 2 * i, 2);
-      return static_cast<float>(h);
+      return half_to_float(h);
     }
     case DType::kInt8: return static_cast<float>(static_cast<int8_t>(values[i]));
   }
@@ -155,7 +183,7 @@ void store_float(DType dtype, float f, uint8_t* values, size_t i) {
       break;
     }
     case DType::kFloat16: {
-      const _Float16 h = static_cast<_Float16>(f);
+      const uint16_t h = float_to_half(f);
       std::memcpy(values + 2 * i, &h, 2);
       break;
     }

@@ -53,7 +53,14 @@ TEST_P(LionTest, VotesAndMomentumMatchOneRoundingPerOp) {
           if (dtype == DType::kFloat16) ASSERT_EQ(h & 0x7FFF, 0x7E00) << "j=" << j;
         }
       }
-      ASSERT_EQ(m, m_binary);  // the momentum does not depend on the vote kind
+      // The momentum does not depend on the vote kind: the same bits, except that float32 NaNs may
+      // carry different payloads (which operand's NaN an add returns depends on the order the compiler
+      // chose, and clang's differs between the two kernels).
+      for (size_t j = 0; j < n; ++j) {
+        const size_t w = dtype_size(dtype);
+        if (dtype == DType::kFloat32 && is_nan(dtype, m.data(), j) && is_nan(dtype, m_binary.data(), j)) continue;
+        ASSERT_EQ(std::memcmp(m.data() + j * w, m_binary.data() + j * w, w), 0) << dtype_name(dtype) << " j=" << j;
+      }
       expect_trailing_zero(pos, n, "pos");
       expect_trailing_zero(neg, n, "neg");
     }
