@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <cstring>
-#if !defined(__FLT16_MAX__)
+#if !defined(__aarch64__) && !defined(__FLT16_MAX__)
 #include <immintrin.h>
 #endif
 
@@ -126,16 +126,22 @@ std::vector<uint64_t> dirty_words(size_t nwords) { return std::vector<uint64_t>(
 
 namespace {
 
-// fp16 conversions by the compiler's _Float16 where it has one (GCC on x86-64, clang on ARM), else by
-// the CPU's F16C instructions (clang on x86-64 before version 15). Either way not pride's own code.
-#if defined(__FLT16_MAX__)
+// fp16 conversions by the compiler's own half type: ARM's __fp16 on aarch64 (g++ 12 has no _Float16 in
+// C++ there), _Float16 where the compiler has it (g++ on x86-64), else the CPU's F16C instructions
+// (clang on x86-64 before version 15). Either way not pride's own code.
+#if defined(__aarch64__) || defined(__FLT16_MAX__)
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;
+#else
+using CompilerHalf = _Float16;
+#endif
 float half_to_float(uint16_t bits) {
-  _Float16 h;
+  CompilerHalf h;
   std::memcpy(&h, &bits, 2);
   return static_cast<float>(h);
 }
 uint16_t float_to_half(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
+  const CompilerHalf h = static_cast<CompilerHalf>(f);
   uint16_t bits;
   std::memcpy(&bits, &h, 2);
   return bits;
