@@ -5,7 +5,8 @@
 #   aarch64  g++ for aarch64 (Debian's g++-aarch64-linux-gnu): the CPU kernels and their tests alone
 #            (tests/kernels/standalone; build/aarch64), run under qemu-aarch64-static. The portable
 #            kernels are what ARM hosts run; the AVX2 tests skip there.
-# Installs the Debian packages it needs when they are missing (root). Exit status: the tests'.
+# Installs the Debian packages it needs when they are missing (root). Exit status: the tests', or 77
+# (skipped) where a package cannot be installed.
 #
 #   bash scripts/check_kernels_elsewhere.sh [clang | aarch64 | all]   (default all)
 set -euo pipefail
@@ -20,13 +21,17 @@ need() {  # need <command> <debian package>...
   local cmd="$1"; shift
   command -v "$cmd" >/dev/null && return 0
   echo "check_kernels_elsewhere: installing $*"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 ||
+    { echo "check_kernels_elsewhere: cannot install $* here; skipped"; exit 77; }
 }
+# cmake and ninja: the venv's (scripts/setup.sh installs them there) where it exists, else the system's.
+[ -d .venv/bin ] && export PATH="$PWD/.venv/bin:$PATH"
+need cmake cmake
+need ninja ninja-build
 jobs="${PRIDE_BUILD_JOBS:-$(nproc)}"
 status=0
 if [ "$what" = clang ] || [ "$what" = all ]; then
   need clang++-14 clang-14
-  need ninja ninja-build
   echo "check_kernels_elsewhere: clang 14 build in build/clang"
   cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 \
     -DPRIDE_WITH_TORCH=OFF -DPRIDE_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null

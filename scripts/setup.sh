@@ -13,7 +13,8 @@ PRIDE_VENV="${PRIDE_VENV:-$PRIDE_ROOT/.venv}"
 PRIDE_PY="$PRIDE_VENV/bin/python"
 
 APT_PACKAGES=(build-essential pkg-config libucx-dev ucx-utils libhwloc-dev hwloc libfmt-dev libspdlog-dev
-              libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev iproute2)
+              libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev iproute2
+              g++-aarch64-linux-gnu qemu-user-static)  # these two: the kernels on aarch64 (check_kernels_elsewhere.sh)
 PIP_PACKAGES=(torch==2.14.1 numpy pytest scikit-build-core pybind11 cmake ninja tqdm matplotlib scikit-learn lion-pytorch==0.2.5 expecttest==0.3.0
               transformers==5.23.0 accelerate==1.15.0 lightning==2.6.6  # these three: tests/python/test_integrations.py
               deepspeed==0.17.6)  # the oracle of tests/python/test_onebit_vs_deepspeed.py (a release that still has 1-bit and 0/1 Adam)
