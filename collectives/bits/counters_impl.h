@@ -53,15 +53,12 @@ void counter_add_plane_fixed(uint64_t* counter, size_t nwords, const uint64_t* p
 
 constexpr int kFixedCounterPlanes = 8;  // counters of up to 255 votes
 
-template <class V, size_t... kP>
-constexpr auto fixed_counter_add_plane_kernels(std::index_sequence<kP...>) {
-  return std::array{&counter_add_plane_fixed<V, static_cast<int>(kP) + 1>...};
-}
-
 template <class V>
 void counter_add_plane(uint64_t* counter, int planes, size_t nwords, const uint64_t* plane) {
-  static constexpr auto kFixed = fixed_counter_add_plane_kernels<V>(std::make_index_sequence<kFixedCounterPlanes>{});
-  if (planes >= 1 && planes <= kFixedCounterPlanes) return kFixed[size_t(planes - 1)](counter, nwords, plane);
+  if (with_fixed_planes<kFixedCounterPlanes>(
+          planes, [&](auto P) { counter_add_plane_fixed<V, P()>(counter, nwords, plane); })) {
+    return;
+  }
   for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c = load_block<B>(plane + w);
@@ -96,16 +93,11 @@ void counter_add_fixed(uint64_t* acc, const uint64_t* other, int other_planes, s
   });
 }
 
-template <class V, size_t... kP>
-constexpr auto fixed_counter_add_kernels(std::index_sequence<kP...>) {
-  return std::array{&counter_add_fixed<V, static_cast<int>(kP) + 1>...};
-}
-
 template <class V>
 void counter_add(uint64_t* acc, int acc_planes, const uint64_t* other, int other_planes, size_t nwords) {
-  static constexpr auto kFixed = fixed_counter_add_kernels<V>(std::make_index_sequence<kFixedCounterPlanes>{});
-  if (acc_planes >= 1 && acc_planes <= kFixedCounterPlanes) {
-    return kFixed[size_t(acc_planes - 1)](acc, other, other_planes, nwords);
+  if (with_fixed_planes<kFixedCounterPlanes>(
+          acc_planes, [&](auto P) { counter_add_fixed<V, P()>(acc, other, other_planes, nwords); })) {
+    return;
   }
   for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);

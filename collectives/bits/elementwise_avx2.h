@@ -8,11 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "collectives/bits/element_traits.h"
 #include "collectives/bits/elementwise_scalar.h"
 #include "collectives/bits/kernel_table.h"
+#include "collectives/bits/word_block.h"
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
@@ -246,16 +246,6 @@ inline bool mean_fits_int32(int planes, const MeanParams& m) {
   return planes <= 24 && m.scale >= 0 && m.scale <= 4 && lo >= INT32_MIN && hi <= INT32_MAX && lo <= INT32_MAX;
 }
 
-// kBitLanes[b]: lane i holds bit i of the byte b as 0 or 1 (8 KiB, stays in L1 while a kernel runs).
-struct BitLaneTable {
-  alignas(32) int32_t lanes[256][8];
-  constexpr BitLaneTable() : lanes() {
-    for (int b = 0; b < 256; ++b)
-      for (int i = 0; i < 8; ++i) lanes[b][i] = (b >> i) & 1;
-  }
-};
-inline constexpr BitLaneTable kBitLanes{};
-
 // The counts of 8 elements gathered from their planes by Horner's rule, top plane first:
 // u = 2u + bit. One table load, an add and an or per plane, instead of testing each lane's bit.
 inline __m256 means8(const uint64_t* count, int planes, size_t nwords, const MeanParams& m, size_t w, int k) {
@@ -285,20 +275,6 @@ struct MeanTable {
     for (int r = 0; r < 4; ++r) rows[r] = _mm256_load_ps(value + 8 * r);
   }
 };
-
-// Calls fn(std::integral_constant<int, P>{}) for planes = P in 1 … kMeanTablePlanes and returns true;
-// false (fn not called) for wider counters, which take the division.
-template <class Fn>
-bool with_looked_up_planes(int planes, Fn&& fn) {
-  switch (planes) {
-    case 1: fn(std::integral_constant<int, 1>{}); return true;
-    case 2: fn(std::integral_constant<int, 2>{}); return true;
-    case 3: fn(std::integral_constant<int, 3>{}); return true;
-    case 4: fn(std::integral_constant<int, 4>{}); return true;
-    case 5: fn(std::integral_constant<int, 5>{}); return true;
-    default: return false;
-  }
-}
 
 // The counts u of 8 elements (Horner's rule over P planes, as means8), then their table entries: a
 // permute by u's low 3 bits within each 8-entry row, and blends by bits 3 and 4 (moved to the sign
@@ -340,7 +316,10 @@ void unpack_mean_looked_up(const uint64_t* count, size_t n, const MeanParams& m,
 
 template <class A>
 void unpack_mean(const uint64_t* count, int planes, size_t n, const MeanParams& m, void* yv) {
-  if (with_looked_up_planes(planes, [&](auto P) { unpack_mean_looked_up<A, P()>(count, n, m, yv); })) return;
+  // Wider counters take the division.
+  if (with_fixed_planes<kMeanTablePlanes>(planes, [&](auto P) { unpack_mean_looked_up<A, P()>(count, n, m, yv); })) {
+    return;
+  }
   auto* y = static_cast<typename A::Scalar::T*>(yv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;
@@ -382,7 +361,9 @@ template <class A>
 void apply_mean(void* xv, size_t n, const uint64_t* count, int planes, const MeanParams& m,
                 const ApplyParams& given) {
   const ApplyParams a = with_dtype_lr<typename A::Scalar>(given);
-  if (with_looked_up_planes(planes, [&](auto P) { apply_mean_looked_up<A, P()>(xv, n, count, m, a); })) return;
+  if (with_fixed_planes<kMeanTablePlanes>(planes, [&](auto P) { apply_mean_looked_up<A, P()>(xv, n, count, m, a); })) {
+    return;
+  }
   auto* x = static_cast<typename A::Scalar::T*>(xv);
   const size_t nwords = (n + 63) / 64;
   const size_t full = mean_fits_int32(planes, m) ? n / 64 : 0;

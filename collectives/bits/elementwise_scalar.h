@@ -12,6 +12,21 @@ namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
 inline bool bit_at(const uint64_t* plane, size_t i) { return (plane[i / 64] >> (i % 64)) & 1u; }
 
+// BitLaneTable<T>::lanes[b]: lane i holds bit i of the byte b as 0 or 1 in type T (8 KiB for 32-bit T,
+// stays in L1 while a kernel runs). Kernels read 8 elements' bits through it as contiguous values,
+// which vectorize, instead of a variable shift per element. kBitLanes: int32 lanes (AVX2 gathers counts
+// from them); kBitFloats: float lanes (the portable vote kernels compute with them directly).
+template <class T>
+struct BitLaneTable {
+  alignas(32) T lanes[256][8];
+  constexpr BitLaneTable() : lanes() {
+    for (int b = 0; b < 256; ++b)
+      for (int i = 0; i < 8; ++i) lanes[b][i] = T((b >> i) & 1);
+  }
+};
+inline constexpr BitLaneTable<int32_t> kBitLanes{};
+inline constexpr BitLaneTable<float> kBitFloats{};
+
 // Writes whole words up to words_for(n), so the bits past n come out zero.
 template <class Tr>
 void pack_binary_from(const void* xv, size_t n, size_t begin, uint64_t* plane) {

@@ -29,29 +29,19 @@ template <class Tr>
 void pack_ternary(const void* x, size_t n, uint64_t* pos, uint64_t* neg) {
   pack_ternary_from<Tr>(x, n, 0, pos, neg);
 }
-// The bits of every byte value as 8 floats, 0 or 1. The vote kernels below read a word's votes 8 at a
-// time through it, so that the arithmetic on 8 elements works on contiguous values the compiler
-// vectorizes (SSE2, NEON) instead of a variable shift per element (vote_at), which it did not.
-struct ByteBits {
-  float bits[256][8];
-  constexpr ByteBits() : bits() {
-    for (int b = 0; b < 256; ++b)
-      for (int k = 0; k < 8; ++k) bits[b][k] = float((b >> k) & 1);
-  }
-};
-constexpr ByteBits kByteBits{};
-
 // body(i, delta) for every 8 elements of the first `words` words: delta[k] is element i + k's vote,
-// +1 where pos, else 0 where tie, else -1 (vote_at's values, exactly).
+// +1 where pos, else 0 where tie, else -1 (vote_at's values, exactly). The bits come 8 at a time from
+// kBitFloats, so the compiler vectorizes the arithmetic (SSE2, NEON), which vote_at's variable shift
+// per element kept it from doing.
 template <class Body>
 void for_each_vote8(const uint64_t* pos, const uint64_t* tie, size_t words, Body&& body) {
   for (size_t w = 0; w < words; ++w) {
     const uint64_t p = pos[w], t = tie ? tie[w] : 0;
     for (int b = 0; b < 8; ++b) {
-      const float* pf = kByteBits.bits[(p >> (8 * b)) & 0xFF];
-      const float* tf = kByteBits.bits[(t >> (8 * b)) & 0xFF];
+      const float* pb = kBitFloats.lanes[(p >> (8 * b)) & 0xFF];
+      const float* tb = kBitFloats.lanes[(t >> (8 * b)) & 0xFF];
       float delta[8];
-      for (int k = 0; k < 8; ++k) delta[k] = pf[k] - (1.0f - pf[k]) * (1.0f - tf[k]);
+      for (int k = 0; k < 8; ++k) delta[k] = pb[k] - (1.0f - pb[k]) * (1.0f - tb[k]);
       body(64 * w + size_t(8 * b), delta);
     }
   }

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #ifndef PRIDE_KERNEL_NS
 #error "define PRIDE_KERNEL_NS before including kernel implementation headers"
@@ -46,6 +48,19 @@ PRIDE_BLOCK_INLINE inline void for_each_block(size_t nwords, Body&& body) {
   size_t w = 0;
   for (; w + kLanes<V> <= nwords; w += kLanes<V>) body(V{}, w);
   for (; w < nwords; ++w) body(uint64_t{}, w);
+}
+
+template <class Fn, int... kI>
+inline bool with_fixed_planes_of(int planes, Fn& fn, std::integer_sequence<int, kI...>) {
+  return ((planes == kI + 1 ? (fn(std::integral_constant<int, kI + 1>{}), true) : false) || ...);
+}
+
+// Calls fn(std::integral_constant<int, P>{}) with P = planes when planes is in [1, kMax] and returns
+// true; returns false, fn not called, otherwise. For kernels whose loops over a counter's planes unroll
+// into registers when P is known at compile time; wider counters take their general loop.
+template <int kMax, class Fn>
+inline bool with_fixed_planes(int planes, Fn&& fn) {
+  return with_fixed_planes_of(planes, fn, std::make_integer_sequence<int, kMax>{});
 }
 
 }  // namespace pride::bits::detail::PRIDE_KERNEL_NS
