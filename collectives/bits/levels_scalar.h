@@ -1,10 +1,13 @@
 // Portable level packing (levels.h): eight int8 values per 64-bit register. Also the tail of the AVX2
-// kernel (levels_avx2.h), which must give the same words.
+// kernel (levels_avx2.h), which must give the same words, and the GPU's (cuda/level_kernels.cu), which
+// compiles the two byte-wise helpers below for the device: one source for every side's bits.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#include "collectives/bits/element_traits.h"  // PRIDE_HD
 
 namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
@@ -13,14 +16,14 @@ constexpr uint64_t kLevelHighBits = 0x8080808080808080ull;  // bit 7 of every by
 
 // u = q + s in each byte of `eight`, with no carry between bytes (SWAR): the low seven bits add, bit 7
 // is q's own bit 7 flipped by the carry into it. Exact because every true u is in [0, 2s] ⊂ [0, 254].
-inline uint64_t offset_level_bytes(uint64_t eight, uint64_t s_bytes) {
+PRIDE_HD inline uint64_t offset_level_bytes(uint64_t eight, uint64_t s_bytes) {
   return ((eight & ~kLevelHighBits) + s_bytes) ^ (eight & kLevelHighBits);
 }
 
 // Bit p of each of the eight bytes of u, gathered into the low 8 bits (byte i → bit i). After the mask
 // every byte is 0 or 1; the multiplier moves byte i's bit to bit 56 + i, and no two partial products
 // share a position, so nothing carries into the top byte.
-inline uint64_t gather_level_bit(uint64_t u, int p) {
+PRIDE_HD inline uint64_t gather_level_bit(uint64_t u, int p) {
   return (((u >> p) & kLevelLowBits) * 0x0102040810204080ull) >> 56;
 }
 

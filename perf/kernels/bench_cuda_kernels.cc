@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/levels.h"
 #include "collectives/bits/trit_coding.h"
 
 namespace {
@@ -118,6 +119,11 @@ int main(int argc, char** argv) {
   auto* limbs = static_cast<uint32_t*>(device_random(limb_bytes + 8));
   const size_t trit_bytes = pride::bits::trits::bytes_for_words(coded_words);
   auto* trits = static_cast<uint8_t*>(device_random(trit_bytes + 8));
+  // Lion Cub's levels at N ranks (s = 127/N; six planes at N = 4), packed from n int8 values (random
+  // bytes: mostly out of range, which the kernel flags and packs at the same speed).
+  const int max_level = std::max(1, 127 / nranks), level_planes = pride::bits::level_planes(max_level);
+  auto* levels = static_cast<uint64_t*>(device_random(size_t(level_planes) * plane_bytes));
+  auto* out_of_range = static_cast<uint32_t*>(device_random(8));
 
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "properties");
@@ -139,8 +145,11 @@ int main(int argc, char** argv) {
   std::vector<Row> rows = {
       {"pack_binary", tb + pb, [&] { return cuda::pack_binary(x, dtype, n, pos, nullptr); }},
       {"pack_ternary", tb + 2 * pb, [&] { return cuda::pack_ternary(x, dtype, n, pos, neg, nullptr); }},
+      {"pack_levels (s = 127/N)", double(n) + level_planes * pb,
+       [&] { return cuda::pack_levels(static_cast<const int8_t*>(x), n, max_level, levels, out_of_range, nullptr); }},
       {"unpack_vote (+tie)", tb + 2 * pb, [&] { return cuda::unpack_vote(pos, tie, n, y, dtype, nullptr); }},
-      {"unpack_mean (3 planes)", tb + 3 * pb, [&] { return cuda::unpack_mean(pos, 3, n / 4, 2, 4, 4, y, dtype, nullptr); }},
+      // on n/4 elements: its three planes must fit the one-plane buffer
+      {"unpack_mean (3 planes)", (tb + 3 * pb) / 4, [&] { return cuda::unpack_mean(pos, 3, n / 4, 2, 4, 4, y, dtype, nullptr); }},
       {"apply_vote (+tie)", 2 * tb + 2 * pb, [&] { return cuda::apply_vote(y, dtype, n, pos, tie, 1e-4, 0.1, nullptr); }},
       {"lion_vote (binary)", 3 * tb + pb, [&] { return cuda::lion_vote(x, m, dtype, n, 0.9, 0.99, pos, nullptr, nullptr); }},
       {"lion_vote (ternary)", 3 * tb + 2 * pb, [&] { return cuda::lion_vote(x, m, dtype, n, 0.9, 0.99, pos, neg, nullptr); }},
@@ -158,8 +167,6 @@ int main(int argc, char** argv) {
       {"decode_trits", 2.0 * double(coded_words) * 8 + double(trit_bytes),
        [&] { return cuda::decode_trits(trits, coded_words, pos, tie, nullptr); }},
   };
-  // unpack_mean runs on n/4 elements (its three planes must fit the one-plane buffer): scale its bytes.
-  rows[3].bytes = (tb + 3 * pb) / 4;
   // Copy buffers for the largest kernel's bytes (half of them copied: read + written).
   double largest = 0;
   for (const Row& r : rows) largest = std::max(largest, r.bytes);

@@ -17,6 +17,7 @@
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/bits/compressed_adam.h"
+#include "collectives/bits/levels.h"
 #include "collectives/bits/onebit.h"
 #include "collectives/bits/packed_counts.h"
 #include "collectives/bits/trits.h"
@@ -133,6 +134,46 @@ TEST_P(CudaKernels, UnpackVoteMatchesTheCpu) {
         EXPECT_EQ(dy.read<uint8_t>(want.size()), want) << dtype_name(dtype) << " n=" << n << " tie=" << with_tie;
       }
     }
+  }
+}
+
+// Lion Cub's level vote packs on the GPU (torch_plugin/cuda_level_ops.h): the same planes as the CPU
+// for every level count, and the range check of the same pass agreeing with levels_within.
+TEST_P(CudaKernels, PackLevelsMatchesTheCpuAndFlagsValuesOutOfRange) {
+  SKIP_WITHOUT_GPU();
+  const size_t off = GetParam() ? 1 : 0;
+  DeviceBuffer flag(nullptr, sizeof(uint32_t));
+  auto* flag_word = static_cast<uint32_t*>(flag.get());
+  for (int s : {1, 2, 3, 4, 31, 42, 63, 64, 127}) {
+    std::uniform_int_distribution<int> level(-s, s);
+    const int planes = level_planes(s);
+    for (size_t n : gpu_lengths()) {
+      std::vector<int8_t> q(n);
+      for (auto& v : q) v = int8_t(level(rng()));
+      const size_t W = words_for(n);
+      std::vector<uint64_t> want(size_t(planes) * W);
+      pack_levels(q.data(), n, s, want.data());
+      DeviceBuffer dq(q, off), dout(nullptr, want.size() * 8);
+      finish(cuda::pack_levels(static_cast<const int8_t*>(dq.get()), n, s, dout.words(), flag_word, nullptr));
+      EXPECT_EQ(dout.read<uint64_t>(want.size()), want) << "s=" << s << " n=" << n;
+      EXPECT_EQ(flag.read<uint32_t>(1)[0], 0u) << "s=" << s << " n=" << n;
+      if (n == 0) continue;
+      // One value just outside the levels, first, last or anywhere (s = 127: only −128 is outside).
+      for (int outside : {s + 1, -s - 1}) {
+        if (outside > 127) continue;
+        for (size_t at : {size_t(0), n - 1, size_t(rng()() % n)}) {
+          auto bad = q;
+          bad[at] = int8_t(outside);
+          ASSERT_FALSE(levels_within(bad.data(), n, s));
+          DeviceBuffer dbad(bad, off);
+          finish(cuda::pack_levels(static_cast<const int8_t*>(dbad.get()), n, s, dout.words(), flag_word, nullptr));
+          EXPECT_EQ(flag.read<uint32_t>(1)[0], 1u) << "s=" << s << " n=" << n << " q[" << at << "]=" << outside;
+        }
+      }
+    }
+  }
+  for (int s : {0, 128, -1}) {
+    EXPECT_EQ(cuda::pack_levels(nullptr, 0, s, nullptr, flag_word, nullptr), cudaErrorInvalidValue) << s;
   }
 }
 

@@ -25,6 +25,14 @@ cudaError_t pack_binary(const void* x, DType dtype, size_t n, uint64_t* plane, c
 // pos: x > 0, neg: x < 0 (±0 and NaN abstain).
 cudaError_t pack_ternary(const void* x, DType dtype, size_t n, uint64_t* pos, uint64_t* neg, cudaStream_t stream);
 
+// ---- Levels: small signed integers as bit planes (as bits/levels.h) ----------------------------------
+// q (int8, n values) as the level_planes(max_level) planes of u = q + max_level, plane p at
+// out + p·words_for(n), bits past n zero; and, in the same pass, *out_of_range (a device word) = 1 if
+// some q lies outside [−max_level, max_level], else 0 (the planes are then meaningless).
+// max_level in [1, 127], else cudaErrorInvalidValue.
+cudaError_t pack_levels(const int8_t* q, size_t n, int max_level, uint64_t* out, uint32_t* out_of_range,
+                        cudaStream_t stream);
+
 // ---- Bit-sliced counters: the owner's count -----------------------------------------------------
 // counter = the sum of nplanes vote planes (planes: a HOST array of nplanes device pointers, at most
 // kMaxCountPlanes), as counter_planes >= planes_for(nplanes) planes of nwords words, plane-major.
