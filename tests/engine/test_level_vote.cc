@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/common/error.h"
@@ -186,6 +188,43 @@ TEST(LevelVote, ValuesOutOfRangeFailOnEveryRankNamingTheRank) {
     level_vote(comm, q.data(), q.size(), 42);
   });
   for (const auto& e : errors) EXPECT_NE(e.find("rank 2 has values outside [-42, 42]"), std::string::npos) << e;
+}
+
+// Values whose check fails on their rank (a GPU's out of memory or launch error, level_ops.h): that rank
+// raises its own error, the others raise naming it, and nobody waits for the others. Then the same
+// ranks vote again: nothing was left in flight.
+class ThrowingCheck final : public LevelOps {
+ public:
+  explicit ThrowingCheck(std::vector<int8_t>& q) : host_(q.data(), q.size()) {}
+  bool within(int) override { throw std::runtime_error("device out of memory (a test's)"); }
+  void pack(int max_level, patterns::Range elements, uint64_t* out) override { host_.pack(max_level, elements, out); }
+  void unpack(const uint64_t* pos, const uint64_t* tie, patterns::Range elements) override {
+    host_.unpack(pos, tie, elements);
+  }
+
+ private:
+  HostLevelOps host_;
+};
+
+TEST(LevelVote, ACheckThatFailsOnOneRankFailsEveryRankNamingIt) {
+  const auto errors = testing::run_ranks_collect_errors(3, [](Communicator& comm) {
+    std::vector<int8_t> q(1000, int8_t(comm.rank() == 0 ? 1 : -1));
+    try {
+      if (comm.rank() == 1) {
+        ThrowingCheck ops(q);
+        level_vote(comm, ops, q.size(), 42);
+      } else {
+        level_vote(comm, q.data(), q.size(), 42);
+      }
+      ADD_FAILURE() << "rank " << comm.rank() << ": the vote returned";
+    } catch (const std::exception& e) {
+      const std::string want = comm.rank() == 1 ? "device out of memory (a test's)" : "rank 1 failed to check its values";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << "rank " << comm.rank() << ": " << e.what();
+    }
+    level_vote(comm, q.data(), q.size(), 42);  // -1 on two ranks of three
+    EXPECT_EQ(q, std::vector<int8_t>(1000, -1)) << "rank " << comm.rank();
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
 }
 
 TEST(LevelVote, DifferentLevelsOnTheRanksFailOnEveryRank) {

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -56,14 +57,20 @@ size_t trit_offset(size_t W, int n, int j) {
   return patterns::chunk_offset(W, n, j, bits::trits::bytes_for_words);
 }
 
-// The first rank whose values are out of range, agreed inside the fingerprint check (INT_MAX: none).
-struct FirstOutOfRange {
-  int32_t rank;
+// The first rank whose check of its values failed (a GPU's out of memory or launch error), else the
+// first whose values are out of range, agreed inside the fingerprint check in one int32: a failure is
+// its rank, an out-of-range rank r is kOutOfRange + r, and kNone is neither; the least code wins.
+struct FirstBadRank {
+  static constexpr int32_t kOutOfRange = int32_t(1) << 30, kNone = INT32_MAX;
+  int32_t code;
   CheckPayload payload;
 
-  FirstOutOfRange(int32_t mine) : rank(mine) {
-    payload.data = &rank;
-    payload.bytes = sizeof rank;
+  static int32_t code_of(int rank, bool failed, bool out_of_range) {
+    return failed ? rank : out_of_range ? kOutOfRange + rank : kNone;
+  }
+  explicit FirstBadRank(int32_t mine) : code(mine) {
+    payload.data = &code;
+    payload.bytes = sizeof code;
     payload.combine = [](void* dst, const void* lower, const void* upper) {
       int32_t a, b;
       std::memcpy(&a, lower, sizeof a);
@@ -72,6 +79,8 @@ struct FirstOutOfRange {
       std::memcpy(dst, &first, sizeof first);
     };
   }
+  int32_t failed() const { return code < kOutOfRange ? code : kNone; }
+  int32_t out_of_range() const { return code >= kOutOfRange && code != kNone ? code - kOutOfRange : kNone; }
 };
 
 }  // namespace
@@ -112,11 +121,25 @@ double level_vote_wire_bits(int size, int max_level, const LevelCoding& coding) 
 }
 
 void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
+  HostLevelOps ops(q, numel);
+  level_vote(comm, ops, numel, max_level);
+}
+
+void level_vote(Communicator& comm, LevelOps& ops, size_t numel, int max_level) {
   const int n = comm.size(), r = comm.rank();
   // Every check is made after the ranks compare their calls, so that all of them raise together.
+  // The check may do device work (a GPU's LevelOps packs there too) and fail; that rank's error is
+  // raised after the comparison, and every other rank raises with it instead of waiting for it.
   const bool valid_level = max_level >= 1 && max_level <= 127;
-  const bool within = valid_level && bits::levels_within(q, numel, max_level);
-  FirstOutOfRange bad(within ? INT32_MAX : r);
+  bool within = false;
+  std::exception_ptr check_failed;
+  try {
+    within = valid_level && (numel == 0 || ops.within(max_level));
+  } catch (...) {
+    check_failed = std::current_exception();
+  }
+  const int32_t my_code = FirstBadRank::code_of(r, bool(check_failed), valid_level && !within);
+  FirstBadRank bad(my_code);
   const LevelCoding coding = select_level_coding(n, max_level, numel, comm.num_nodes(), comm.ranks_per_core());
   // The level in the low 32 bits (a negative one must not reach the flag bits above them).
   const uint64_t detail = uint64_t(uint32_t(max_level)) | (coding.packed_levels ? kFingerprintCountResults : 0) |
@@ -124,13 +147,18 @@ void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
   Collective c = comm.begin("level_vote", "level_direct",
                             Fingerprint{0, kLevelVoteOp, uint32_t(bits::DType::kInt8), numel, detail, &describe_call},
                             &bad.payload);
-  if (!bad.payload.reduced) bad.rank = within ? INT32_MAX : r;  // no check ran: only this rank knows
+  if (!bad.payload.reduced) bad.code = my_code;  // no check ran: only this rank knows
+  if (check_failed) std::rethrow_exception(check_failed);
+  PRIDE_ENFORCE(bad.failed() == FirstBadRank::kNone,
+                "pride level_vote (rank {}/{}): rank {} failed to check its values (its own error says why); "
+                "nothing was sent",
+                r, n, bad.failed());
   PRIDE_CHECK_ARG(valid_level, "pride level_vote (rank {}/{}): max_level must be in [1, 127], got {}", r, n,
                   max_level);
-  PRIDE_CHECK_ARG(bad.rank == INT32_MAX,
+  PRIDE_CHECK_ARG(bad.out_of_range() == FirstBadRank::kNone,
                   "pride level_vote (rank {}/{}): rank {} has values outside [-{}, {}] (the sum of {} ranks "
                   "must stay within the levels it was given)",
-                  r, n, bad.rank, max_level, max_level, n);
+                  r, n, bad.out_of_range(), max_level, max_level, n);
   if (numel == 0) return;
   const size_t W = bits::words_for(numel);
   const size_t P = size_t(bits::level_planes(max_level));
@@ -140,7 +168,7 @@ void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
   uint64_t* shards = scratch(ws, kShards, P * W);
   for (int j = 0; j < n; ++j) {
     const Range words = chunk(W, n, j), elements = elements_of(words, numel);
-    bits::pack_levels(q + elements.begin, elements.size, max_level, shards + P * words.begin);
+    ops.pack(max_level, elements, shards + P * words.begin);
   }
 
   // 2. All-to-all: my chunk's planes from every rank (or their coded bytes: one message per chunk,
@@ -225,7 +253,7 @@ void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level) {
   for (int j = 0; j < n; ++j) {
     const Range words = chunk(W, n, j), elements = elements_of(words, numel);
     const uint64_t* pos = results + 2 * words.begin;
-    bits::unpack_vote(pos, pos + words.size, elements.size, q + elements.begin, bits::DType::kInt8);
+    ops.unpack(pos, pos + words.size, elements);
   }
 }
 

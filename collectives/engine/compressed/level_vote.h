@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "backend/communicator.h"
+#include "collectives/engine/compressed/level_ops.h"
 
 namespace pride {
 
@@ -38,6 +39,9 @@ namespace pride {
 // PRIDE_CHECK_FINGERPRINT=0 only the rank that sees the problem raises, and the others time out waiting
 // for its messages (a TimeoutError naming it).
 void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level);
+// The same, on values wherever `ops` keeps them (level_ops.h; a GPU's: torch_plugin/cuda_level_ops.h).
+// Returns once the results have been handed to `ops.unpack`, which may still be writing them (level_ops.h).
+void level_vote(Communicator& comm, LevelOps& ops, size_t numel, int max_level);
 
 // How the two phases travel. Chosen by select_level_coding, the same on every rank (and in the
 // fingerprint: ranks that chose differently disagree before anything is sent).
