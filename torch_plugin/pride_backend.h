@@ -145,6 +145,7 @@ class PrideBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> sign_allreduce_cuda(at::Tensor& tensor, SignOptions options);
   c10::intrusive_ptr<c10d::Work> compressed_allreduce_cuda(at::Tensor& tensor, at::Tensor& worker_error,
                                                            at::Tensor& server_error);
+  c10::intrusive_ptr<c10d::Work> level_vote_cuda(at::Tensor& q, int max_level);
 
   // The standard collectives over NCCL (nccl_collectives.cc): null for a call NCCL does not take as is
   // (CPU tensors, a group on UCX, a build without NCCL, non-contiguous tensors, a dtype or reduce op

@@ -332,9 +332,9 @@ def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_4ranks(mode,
 # Lion Cub's int8 sum on CUDA parameters: torch operations on the device against the same on the CPU. The
 # signs, and the L-inf levels (a max, the same whatever the reduction order), give the same bits; L1 and L0
 # take a mean, whose float32 sum a GPU orders differently. Missing gradients abstain on both. "levels":
-# the same sums' signs through pride.level_vote, its CUDA levels staged through pinned host memory;
+# the same sums' signs through pride.level_vote, its CUDA levels packed on the GPU (cuda_level_ops.h);
 # ("levels", "sign") also issues each level_vote without any host read of the device before it (no
-# scale to compute), so a staged copy that did not wait for the caller's stream would show.
+# scale to compute), so a pack that did not wait for the caller's stream would show.
 @pytest.mark.parametrize("aggregation,quantization",
                          [("int8", "sign"), ("int8", "linf"), ("levels", "linf"), ("levels", "sign")])
 def test_lion_cub_int8_on_cuda_equals_the_cpu_step_4ranks(aggregation, quantization):

@@ -2,6 +2,8 @@
 against the authors' quantization formula re-computed here with numpy, and the momentum-sync
 schedules against the authors' calculate_Tv loop."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -184,56 +186,96 @@ def test_lion_cub_options_refuse_bad_combinations():
         pride.optim.DistributedLion(p, aggregation="levels", mode="global")
 
 
-def _level_vote_worker(rank, world_size, store_path):
+def _level_vote_worker(rank, world_size, store_path, device="cpu", numels=(10_007,)):
+    """device "cuda": every rank's levels on the one GPU (checked, packed and unpacked there, cuda_level_ops.h);
+    "mixed": even ranks on the GPU, odd ones on the CPU, which must agree bit for bit."""
     import pride
 
     harness.init_group(rank, world_size, store_path)
-    s = 127 // world_size
-    numel = 10_007
+    dev = "cuda" if device == "cuda" or (device == "mixed" and rank % 2 == 0) else "cpu"
+    if dev == "cuda":
+        torch.cuda.set_device(0)
+    # The largest levels N ranks may sum in int8, and the smallest ones (levels ±1 and ±2 pack as counts
+    # under PRIDE_RESULT_CODING=counts/packed).
+    top = 127 // world_size
 
-    def levels_of(r, seed):  # every rank's values, reproducible on every rank
+    def levels_of(r, seed, s, numel):  # every rank's values, reproducible on every rank
         g = torch.Generator().manual_seed(seed + r)
         q = torch.randint(-s, s + 1, (numel,), generator=g, dtype=torch.int8)
         q[:3] = torch.tensor([s, -s, s if r % 2 else -s], dtype=torch.int8)  # extremes, and a tie at even N
         return q
 
-    for seed in (1, 2):
-        everyone = [levels_of(r, 10 * seed) for r in range(world_size)]
-        want = torch.sign(torch.stack([q.to(torch.int32) for q in everyone]).sum(0)).to(torch.int8)
-        q = everyone[rank].clone()
-        pride.reset_stats()
-        pride.level_vote(q, s)
-        assert torch.equal(q, want), f"rank {rank}: the level vote differs from the int32 oracle's sign"
-        sent = pride.stats()["per_algorithm"]["level_direct"]["bytes_sent"]
-        planes = int(np.ceil(np.log2(2 * s + 1)))
-        # Each owner's chunk is whole 64-element words, so per-rank bytes vary a little around the formula.
-        assert abs(sent - (world_size - 1) / world_size * (planes + 2) * numel / 8) < 64 * world_size, sent
+    coded = os.environ.get("PRIDE_RESULT_CODING", "auto") not in ("auto", "planes")
+    for numel in numels:
+        for seed, s in ((1, top), (2, top), (3, 1), (4, 2)):
+            everyone = [levels_of(r, 10 * seed, s, numel) for r in range(world_size)]
+            want = torch.sign(torch.stack([q.to(torch.int32) for q in everyone]).sum(0)).to(torch.int8)
+            q = everyone[rank].to(dev)
+            pride.reset_stats()
+            pride.level_vote(q, s)
+            assert torch.equal(q.cpu(), want), f"rank {rank} ({dev}, s={s}, n={numel}): the level vote differs from " \
+                                                "the int32 oracle's sign"
+            if coded:
+                continue
+            sent = pride.stats()["per_algorithm"]["level_direct"]["bytes_sent"]
+            planes = int(np.ceil(np.log2(2 * s + 1)))
+            # Each owner's chunk is whole 64-element words, so per-rank bytes vary a little around the formula.
+            assert abs(sent - (world_size - 1) / world_size * (planes + 2) * numel / 8) < 64 * world_size, sent
+    numel, s = numels[0], top
 
     # A strided view and an async call: the result lands in the caller's tensor.
-    base = torch.zeros(2 * numel, dtype=torch.int8)
-    base[::2] = levels_of(rank, 5)
+    base = torch.zeros(2 * numel, dtype=torch.int8, device=dev)
+    base[::2] = levels_of(rank, 5, s, numel).to(dev)
     view = base[::2]
     pride.level_vote(view, s, async_op=True).wait()
-    want = torch.sign(torch.stack([levels_of(r, 5).to(torch.int32) for r in range(world_size)]).sum(0))
-    assert torch.equal(view, want.to(torch.int8)) and not base[1::2].any()
+    want = torch.sign(torch.stack([levels_of(r, 5, s, numel).to(torch.int32) for r in range(world_size)]).sum(0))
+    assert torch.equal(view.cpu(), want.to(torch.int8)) and not base[1::2].any()
+
+    # Ordering (GPU ranks): the values are written after a long kernel on the caller's stream, and nothing
+    # synchronizes; then a kernel queued after wait() reads the result. Every rank votes s, so the sign is
+    # +1: reading the values before the write gives −2, reading the result before the unpack 2s.
+    big = 1 << 22
+    if dev == "cuda":
+        q = torch.full((big,), -1, dtype=torch.int8, device=dev)
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU time
+        q.fill_(s)
+    else:
+        q = torch.full((big,), s, dtype=torch.int8)
+    work = pride.level_vote(q, s, async_op=True)
+    work.wait()
+    doubled = q * 2
+    assert torch.equal(doubled.cpu(), torch.full((big,), 2, dtype=torch.int8)), \
+        f"rank {rank} ({dev}): the level vote did not follow the caller's stream"
 
     # Out of range on one rank: every rank raises, naming it; the group stays usable.
-    q = torch.ones(100, dtype=torch.int8)
+    q = torch.ones(100, dtype=torch.int8, device=dev)
     if rank == world_size - 1:
         q[7] = s + 1
     with pytest.raises(ValueError, match=f"rank {world_size - 1} has values outside"):
         pride.level_vote(q, s)
     with pytest.raises(TypeError, match="int8"):
-        pride.level_vote(torch.ones(5), s)
-    q = torch.full((64,), 1, dtype=torch.int8)
+        pride.level_vote(torch.ones(5, device=dev), s)
+    q = torch.full((64,), 1, dtype=torch.int8, device=dev)
     pride.level_vote(q, 1)
-    assert torch.equal(q, torch.ones(64, dtype=torch.int8))
+    assert torch.equal(q.cpu(), torch.ones(64, dtype=torch.int8))
     dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_level_vote_is_the_sign_of_the_int32_sum(world_size):
     harness.run(_level_vote_worker, world_size)
+
+
+# On CUDA tensors: the GPU's packing and unpacking (cuda/level_kernels.cu, cuda_level_ops.h) between the
+# same host messages, so ranks on the GPU and on the CPU agree bit for bit, with the levels and results
+# as planes or coded (PRIDE_RESULT_CODING; ±1 and ±2 pack as counts).
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("world_size,device,coding", [(4, "cuda", "planes"), (4, "cuda", "packed"),
+                                                      (3, "mixed", "planes"), (3, "mixed", "packed")])
+def test_level_vote_on_cuda_is_the_sign_of_the_int32_sum(world_size, device, coding):
+    harness.run(_level_vote_worker, world_size, device, (10_007, (1 << 20) + 13),
+                env={"PRIDE_RESULT_CODING": coding}, deadline_s=300)
 
 
 def _same(a, b):

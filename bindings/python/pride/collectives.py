@@ -113,7 +113,8 @@ def level_vote(q, max_level, group=None, async_op=False):
     PRIDE_RESULT_CODING codes either phase as for sign_allreduce: the results as trits (1.6 bits for
     2), the levels in base 2·max_level + 1 where that packs better (levels ±1: 1.6 bits for 2, so 2.4
     bits per element at N = 4 instead of 3).
-    CPU or CUDA tensors (CUDA ones staged through pinned host memory). Returns a Work when ``async_op``.
+    CPU or CUDA tensors: a CUDA tensor is checked, packed and unpacked on its GPU, on pride's stream after
+    the caller's, and only the planes cross to host memory. Returns a Work when ``async_op``.
     """
     if _not_a_member(group):
         return None
