@@ -252,7 +252,7 @@ inline __m256 means8(const uint64_t* count, int planes, size_t nwords, const Mea
   __m256i u = _mm256_setzero_si256();
   for (int p = planes - 1; p >= 0; --p) {
     const uint32_t byte = static_cast<uint32_t>(count[p * nwords + w] >> k) & 0xFFu;
-    const __m256i bits = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBitLanes.lanes[byte]));
+    const __m256i bits = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBitLanes<int32_t>.lanes[byte]));
     u = _mm256_or_si256(_mm256_add_epi32(u, u), bits);
   }
   const __m256i s = _mm256_sub_epi32(_mm256_mullo_epi32(u, _mm256_set1_epi32(m.scale)),
@@ -285,7 +285,7 @@ inline __m256 means8_looked_up(const uint64_t* count, size_t nwords, size_t w, i
   __m256i u = _mm256_setzero_si256();
   for (int p = P - 1; p >= 0; --p) {
     const uint32_t byte = static_cast<uint32_t>(count[p * nwords + w] >> k) & 0xFFu;
-    const __m256i bits = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBitLanes.lanes[byte]));
+    const __m256i bits = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBitLanes<int32_t>.lanes[byte]));
     u = _mm256_or_si256(_mm256_add_epi32(u, u), bits);
   }
   const __m256 r0 = _mm256_permutevar8x32_ps(rows[0], u);

@@ -12,10 +12,11 @@ namespace pride::bits::detail::PRIDE_KERNEL_NS {
 
 inline bool bit_at(const uint64_t* plane, size_t i) { return (plane[i / 64] >> (i % 64)) & 1u; }
 
-// BitLaneTable<T>::lanes[b]: lane i holds bit i of the byte b as 0 or 1 in type T (8 KiB for 32-bit T,
+// kBitLanes<T>.lanes[b]: lane i holds bit i of the byte b as 0 or 1 in type T (8 KiB for 32-bit T,
 // stays in L1 while a kernel runs). Kernels read 8 elements' bits through it as contiguous values,
-// which vectorize, instead of a variable shift per element. kBitLanes: int32 lanes (AVX2 gathers counts
-// from them); kBitFloats: float lanes (the portable vote kernels compute with them directly).
+// which vectorize, instead of a variable shift per element: int32 lanes (AVX2 gathers counts from
+// them), float lanes (the portable vote kernels compute with them directly), and lanes of a 16- or
+// 8-bit output's width (the portable vote kernels select its bit patterns with them).
 template <class T>
 struct BitLaneTable {
   alignas(32) T lanes[256][8];
@@ -24,8 +25,8 @@ struct BitLaneTable {
       for (int i = 0; i < 8; ++i) lanes[b][i] = T((b >> i) & 1);
   }
 };
-inline constexpr BitLaneTable<int32_t> kBitLanes{};
-inline constexpr BitLaneTable<float> kBitFloats{};
+template <class T>
+inline constexpr BitLaneTable<T> kBitLanes{};
 
 // Writes whole words up to words_for(n), so the bits past n come out zero.
 template <class Tr>

@@ -13,6 +13,9 @@
 #include "collectives/bits/plane_stats.h"
 #include "collectives/bits/threshold_impl.h"
 
+#include <cstring>
+#include <type_traits>
+
 namespace pride::bits::detail {
 namespace {
 
@@ -31,15 +34,15 @@ void pack_ternary(const void* x, size_t n, uint64_t* pos, uint64_t* neg) {
 }
 // body(i, delta) for every 8 elements of the first `words` words: delta[k] is element i + k's vote,
 // +1 where pos, else 0 where tie, else -1 (vote_at's values, exactly). The bits come 8 at a time from
-// kBitFloats, so the compiler vectorizes the arithmetic (SSE2, NEON), which vote_at's variable shift
-// per element kept it from doing.
+// kBitLanes<float>, so the compiler vectorizes the arithmetic (SSE2, NEON), which vote_at's variable
+// shift per element kept it from doing.
 template <class Body>
 void for_each_vote8(const uint64_t* pos, const uint64_t* tie, size_t words, Body&& body) {
   for (size_t w = 0; w < words; ++w) {
     const uint64_t p = pos[w], t = tie ? tie[w] : 0;
     for (int b = 0; b < 8; ++b) {
-      const float* pb = kBitFloats.lanes[(p >> (8 * b)) & 0xFF];
-      const float* tb = kBitFloats.lanes[(t >> (8 * b)) & 0xFF];
+      const float* pb = kBitLanes<float>.lanes[(p >> (8 * b)) & 0xFF];
+      const float* tb = kBitLanes<float>.lanes[(t >> (8 * b)) & 0xFF];
       float delta[8];
       for (int k = 0; k < 8; ++k) delta[k] = pb[k] - (1.0f - pb[k]) * (1.0f - tb[k]);
       body(64 * w + size_t(8 * b), delta);
@@ -47,13 +50,43 @@ void for_each_vote8(const uint64_t* pos, const uint64_t* tie, size_t words, Body
   }
 }
 
+// The same walk for an output narrower than 32 bits (bf16, fp16, int8), whose three values are fixed bit
+// patterns: body(i, v) gets the 8 patterns, each selected with masks made from kBitLanes<U> in the
+// output's own width. No conversion per element, so the selects vectorize 8 or 16 to a register, where
+// from_f32 of each float vote (its rounding and NaN branches) did not vectorize at all.
+template <class U, class Body>
+void for_each_vote_pattern8(const uint64_t* pos, const uint64_t* tie, size_t words, U plus, U zero, U minus,
+                            Body&& body) {
+  for (size_t w = 0; w < words; ++w) {
+    const uint64_t p = pos[w], t = tie ? tie[w] : 0;
+    for (int b = 0; b < 8; ++b) {
+      const U* pb = kBitLanes<U>.lanes[(p >> (8 * b)) & 0xFF];
+      const U* tb = kBitLanes<U>.lanes[(t >> (8 * b)) & 0xFF];
+      U v[8];
+      for (int k = 0; k < 8; ++k) {
+        const U is_pos = U(0u - pb[k]), is_tie = U(0u - tb[k]);  // all ones or zero
+        v[k] = U((plus & is_pos) | (~is_pos & ((zero & is_tie) | (minus & ~is_tie))));
+      }
+      body(64 * w + size_t(8 * b), v);
+    }
+  }
+}
+
 template <class Tr>
 void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* yv, OutputStores) {
   // Plain stores: the portable unit has no streaming ones.
-  auto* y = static_cast<typename Tr::T*>(yv);
-  for_each_vote8(pos, tie, n / 64, [&](size_t i, const float* delta) {
-    for (int k = 0; k < 8; ++k) y[i + size_t(k)] = Tr::from_f32(delta[k]);
-  });
+  using T = typename Tr::T;
+  auto* y = static_cast<T*>(yv);
+  if constexpr (sizeof(T) < 4) {
+    using U = std::make_unsigned_t<T>;
+    const auto pattern = [](float vote) { return U(Tr::from_f32(vote)); };
+    for_each_vote_pattern8<U>(pos, tie, n / 64, pattern(1.0f), pattern(0.0f), pattern(-1.0f),
+                              [&](size_t i, const U* v) { std::memcpy(y + i, v, 8 * sizeof(U)); });
+  } else {
+    for_each_vote8(pos, tie, n / 64, [&](size_t i, const float* delta) {
+      for (int k = 0; k < 8; ++k) y[i + size_t(k)] = Tr::from_f32(delta[k]);
+    });
+  }
   unpack_vote_from<Tr>(pos, tie, n, n / 64 * 64, yv);
 }
 template <class Tr>
