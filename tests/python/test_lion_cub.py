@@ -250,7 +250,7 @@ def _level_vote_worker(rank, world_size, store_path, device="cpu", numels=(10_00
     # Out of range on one rank: every rank raises, naming it; the group stays usable.
     q = torch.ones(100, dtype=torch.int8, device=dev)
     if rank == world_size - 1:
-        q[7] = s + 1
+        q[7] = -s - 1  # within int8 for every s, even a world of one's 127
     with pytest.raises(ValueError, match=f"rank {world_size - 1} has values outside"):
         pride.level_vote(q, s)
     with pytest.raises(TypeError, match="int8"):
@@ -271,8 +271,9 @@ def test_level_vote_is_the_sign_of_the_int32_sum(world_size):
 # as planes or coded (PRIDE_RESULT_CODING; ±1 and ±2 pack as counts).
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("world_size,device,coding", [(4, "cuda", "planes"), (4, "cuda", "packed"),
-                                                      (3, "mixed", "planes"), (3, "mixed", "packed")])
+@pytest.mark.parametrize("world_size,device,coding", [(1, "cuda", "planes"), (4, "cuda", "planes"),
+                                                      (4, "cuda", "packed"), (3, "mixed", "planes"),
+                                                      (3, "mixed", "packed")])
 def test_level_vote_on_cuda_is_the_sign_of_the_int32_sum(world_size, device, coding):
     harness.run(_level_vote_worker, world_size, device, (10_007, (1 << 20) + 13),
                 env={"PRIDE_RESULT_CODING": coding}, deadline_s=300)
