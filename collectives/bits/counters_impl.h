@@ -178,9 +178,41 @@ void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uin
 // neg zero-extended). The true value lies in [0, 2 * offset], which out_planes holds, so the
 // wrap-around is exact. Two carry chains run side by side: c1 for pos + ~neg + 1, c2 for + offset.
 // Output plane p at out + p * out_stride.
+// As counter_add_fixed: every plane of a block loaded before any output plane is stored (the inputs
+// and the outputs lie whole planes apart, a multiple of 4 KiB when nwords is), kOut planes in registers.
+template <class V, int kOut>
+void counter_signed_offset_fixed(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, uint64_t offset,
+                                 uint64_t* out, size_t out_stride) {
+  for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
+    using B = decltype(tag);
+    B a[kOut], b[kOut];
+#pragma GCC unroll 32
+    for (int p = 0; p < kOut; ++p) {
+      const bool in_range = p < planes;
+      a[p] = in_range ? load_block<B>(pos + p * nwords + w) : B{};
+      b[p] = in_range ? ~load_block<B>(neg + p * nwords + w) : ~B{};
+    }
+    B c1 = ~B{};
+    B c2{};
+#pragma GCC unroll 32
+    for (int p = 0; p < kOut; ++p) {
+      B diff;
+      full_add(a[p], b[p], c1, diff, c1);
+      full_add(diff, splat_bit<B>(p < 64 && ((offset >> p) & 1u)), c2, a[p], c2);
+    }
+#pragma GCC unroll 32
+    for (int p = 0; p < kOut; ++p) store_block(out + p * out_stride + w, a[p]);
+  });
+}
+
 template <class V>
 void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, uint64_t offset,
                            uint64_t* out, int out_planes, size_t out_stride) {
+  if (with_fixed_planes<kFixedCounterPlanes>(out_planes, [&](auto P) {
+        counter_signed_offset_fixed<V, P()>(pos, neg, planes, nwords, offset, out, out_stride);
+      })) {
+    return;
+  }
   for_each_block<V>(nwords, [&](auto tag, size_t w) PRIDE_BLOCK_INLINE {
     using B = decltype(tag);
     B c1 = ~B{};

@@ -70,7 +70,7 @@ struct Buffers {
   std::vector<uint16_t> bf16, f16, out_16;
   std::vector<uint64_t> votes;    // 8 vote planes
   std::vector<uint64_t> counter;  // 4 planes
-  std::vector<uint64_t> counter2, pos, neg, tie;
+  std::vector<uint64_t> counter2, signed_out, pos, neg, tie;
   std::vector<uint8_t> trits;
   std::vector<uint32_t> limbs;  // mean counts packed in base 9 (10 per limb), the densest benched
   std::vector<int8_t> levels;  // the level vote's values at N = 4: [-31, 31]
@@ -91,6 +91,7 @@ struct Buffers {
         votes(8 * nwords),
         counter(4 * nwords),
         counter2(4 * nwords),
+        signed_out(4 * nwords),
         pos(nwords),
         neg(nwords),
         tie(nwords),
@@ -148,6 +149,9 @@ std::vector<Kernel> kernels(Buffers& b) {
        }, 3},
       {"counter_add_plane P=4", 0, Target::kRate, [&b, nw] { counter_add_plane(b.counter.data(), 4, nw, b.vote(0)); }},
       {"counter_add P=4+4", 0, Target::kRate, [&b, nw] { counter_add(b.counter.data(), 4, b.counter2.data(), 4, nw); }},
+      // The mean of ternary votes at N = 4 (sign_plan.h): pos − neg + 4 from two 3-plane counters into 4 planes.
+      {"counter_signed_offset 3->4", 0, Target::kRate,
+       [&b, nw] { counter_signed_offset(b.counter2.data(), b.counter.data(), 3, nw, 4, b.signed_out.data(), 4, nw); }},
       {"count_planes N=4", 0, Target::kRate, [&b, nw, planes] { count_planes(planes.data(), 4, nw, b.counter.data(), 3); }},
       {"count_planes N=8", 0, Target::kRate, [&b, nw, planes] { count_planes(planes.data(), 8, nw, b.counter.data(), 4); }},
       {"vote_from_count P=4", 0, Target::kRate,
