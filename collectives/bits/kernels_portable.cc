@@ -32,44 +32,28 @@ template <class Tr>
 void pack_ternary(const void* x, size_t n, uint64_t* pos, uint64_t* neg) {
   pack_ternary_from<Tr>(x, n, 0, pos, neg);
 }
-// body(i, delta) for every 8 elements of the first `words` words: delta[k] is element i + k's vote,
-// +1 where pos, else 0 where tie, else -1 (vote_at's values, exactly). The bits come 8 at a time from
-// kBitLanes<float>, so the compiler vectorizes the arithmetic (SSE2, NEON), which vote_at's variable
-// shift per element kept it from doing.
-template <class Body>
-void for_each_vote8(const uint64_t* pos, const uint64_t* tie, size_t words, Body&& body) {
+// body(i, p, t) for every 8 elements of the first `words` words: p[k] and t[k] are element i + k's pos and
+// tie bits as 0 or 1 in lane type L, read 8 at a time from kBitLanes<L>, so the compiler vectorizes what
+// body computes from them (SSE2, NEON), which a variable shift per element (vote_at) kept it from doing.
+template <class L, class Body>
+void for_each_vote_bits8(const uint64_t* pos, const uint64_t* tie, size_t words, Body&& body) {
   for (size_t w = 0; w < words; ++w) {
     const uint64_t p = pos[w], t = tie ? tie[w] : 0;
     for (int b = 0; b < 8; ++b) {
-      const float* pb = kBitLanes<float>.lanes[(p >> (8 * b)) & 0xFF];
-      const float* tb = kBitLanes<float>.lanes[(t >> (8 * b)) & 0xFF];
-      float delta[8];
-      for (int k = 0; k < 8; ++k) delta[k] = pb[k] - (1.0f - pb[k]) * (1.0f - tb[k]);
-      body(64 * w + size_t(8 * b), delta);
+      body(64 * w + size_t(8 * b), kBitLanes<L>.lanes[(p >> (8 * b)) & 0xFF], kBitLanes<L>.lanes[(t >> (8 * b)) & 0xFF]);
     }
   }
 }
 
-// The same walk for an output narrower than 32 bits (bf16, fp16, int8), whose three values are fixed bit
-// patterns: body(i, v) gets the 8 patterns, each selected with masks made from kBitLanes<U> in the
-// output's own width. No conversion per element, so the selects vectorize 8 or 16 to a register, where
-// from_f32 of each float vote (its rounding and NaN branches) did not vectorize at all.
-template <class U, class Body>
-void for_each_vote_pattern8(const uint64_t* pos, const uint64_t* tie, size_t words, U plus, U zero, U minus,
-                            Body&& body) {
-  for (size_t w = 0; w < words; ++w) {
-    const uint64_t p = pos[w], t = tie ? tie[w] : 0;
-    for (int b = 0; b < 8; ++b) {
-      const U* pb = kBitLanes<U>.lanes[(p >> (8 * b)) & 0xFF];
-      const U* tb = kBitLanes<U>.lanes[(t >> (8 * b)) & 0xFF];
-      U v[8];
-      for (int k = 0; k < 8; ++k) {
-        const U is_pos = U(0u - pb[k]), is_tie = U(0u - tb[k]);  // all ones or zero
-        v[k] = U((plus & is_pos) | (~is_pos & ((zero & is_tie) | (minus & ~is_tie))));
-      }
-      body(64 * w + size_t(8 * b), v);
-    }
-  }
+// body(i, delta): delta[k] is element i + k's vote as a float, +1 where pos, else 0 where tie, else -1
+// (vote_at's values, exactly).
+template <class Body>
+void for_each_vote8(const uint64_t* pos, const uint64_t* tie, size_t words, Body&& body) {
+  for_each_vote_bits8<float>(pos, tie, words, [&](size_t i, const float* pb, const float* tb) {
+    float delta[8];
+    for (int k = 0; k < 8; ++k) delta[k] = pb[k] - (1.0f - pb[k]) * (1.0f - tb[k]);
+    body(i, delta);
+  });
 }
 
 template <class Tr>
@@ -78,10 +62,21 @@ void unpack_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void* yv, O
   using T = typename Tr::T;
   auto* y = static_cast<T*>(yv);
   if constexpr (sizeof(T) < 4) {
+    // An output narrower than 32 bits (bf16, fp16, int8): a vote's three values are fixed bit patterns,
+    // selected with masks made from lanes of the output's own width. No conversion per element, so the
+    // selects vectorize 8 or 16 to a register, where from_f32 of each float vote (its rounding and NaN
+    // branches) did not vectorize at all.
     using U = std::make_unsigned_t<T>;
     const auto pattern = [](float vote) { return U(Tr::from_f32(vote)); };
-    for_each_vote_pattern8<U>(pos, tie, n / 64, pattern(1.0f), pattern(0.0f), pattern(-1.0f),
-                              [&](size_t i, const U* v) { std::memcpy(y + i, v, 8 * sizeof(U)); });
+    const U plus = pattern(1.0f), zero = pattern(0.0f), minus = pattern(-1.0f);
+    for_each_vote_bits8<U>(pos, tie, n / 64, [&](size_t i, const U* pb, const U* tb) {
+      U v[8];
+      for (int k = 0; k < 8; ++k) {
+        const U is_pos = U(0u - pb[k]), is_tie = U(0u - tb[k]);  // all ones or zero
+        v[k] = U((plus & is_pos) | (~is_pos & ((zero & is_tie) | (minus & ~is_tie))));
+      }
+      std::memcpy(y + i, v, sizeof v);
+    });
   } else {
     for_each_vote8(pos, tie, n / 64, [&](size_t i, const float* delta) {
       for (int k = 0; k < 8; ++k) y[i + size_t(k)] = Tr::from_f32(delta[k]);
