@@ -29,6 +29,12 @@ uint64_t* words_of(at::Tensor& t) { return reinterpret_cast<uint64_t*>(t.data_pt
 
 }  // namespace
 
+CudaLevelOps::~CudaLevelOps() {
+  // Only after an error (the one being reported; this wait's own is dropped): torch's pinned-memory
+  // cache knows nothing of our raw copies and could hand the buffer out while one still runs.
+  if (copies_pending_) (void)cudaStreamSynchronize(stream_);
+}
+
 bool CudaLevelOps::within(int max_level) {
   // The whole tensor in one launch and one copy (its planes, then the flag word); pack() then copies
   // each chunk's words out of the host copy.
@@ -38,9 +44,11 @@ bool CudaLevelOps::within(int max_level) {
   uint64_t* on_device = words_of(planes_);
   auto* flag = reinterpret_cast<uint32_t*>(on_device + planes * W);
   check_launch(bits::cuda::pack_levels(q_, numel_, max_level, on_device, flag, stream_), rank_, "pack_levels");
+  copies_pending_ = true;
   C10_CUDA_CHECK(cudaMemcpyAsync(words_of(planes_host_), on_device, (planes * W + 1) * 8, cudaMemcpyDeviceToHost,
                                  stream_));
   C10_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  copies_pending_ = false;
   packed_level_ = max_level;
   uint32_t outside = 0;
   std::memcpy(&outside, words_of(planes_host_) + planes * W, sizeof outside);
@@ -66,6 +74,7 @@ void CudaLevelOps::unpack(const uint64_t* pos, const uint64_t* tie, patterns::Ra
   std::memcpy(staged, pos, words * 8);
   std::memcpy(staged + words, tie, words * 8);
   uint64_t* on_device = words_of(results_) + 2 * first;
+  copies_pending_ = true;
   C10_CUDA_CHECK(cudaMemcpyAsync(on_device, staged, 2 * words * 8, cudaMemcpyHostToDevice, stream_));
   check_launch(bits::cuda::unpack_vote(on_device, on_device + words, elements.size, q_ + elements.begin,
                                        bits::DType::kInt8, stream_),
@@ -73,7 +82,9 @@ void CudaLevelOps::unpack(const uint64_t* pos, const uint64_t* tie, patterns::Ra
 }
 
 void CudaLevelOps::release_host_memory() {
-  if (results_.defined()) C10_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!copies_pending_) return;
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  copies_pending_ = false;
 }
 
 }  // namespace pride::torch_plugin

@@ -22,6 +22,10 @@ class CudaLevelOps final : public LevelOps {
   // that stream's order.
   CudaLevelOps(c10::Device device, cudaStream_t stream, int rank, int8_t* q, size_t numel)
       : device_(device), stream_(stream), rank_(rank), q_(q), numel_(numel) {}
+  // Where an error cut the vote short, waits (best effort) for copies still using the pinned buffer.
+  ~CudaLevelOps() override;
+  CudaLevelOps(const CudaLevelOps&) = delete;
+  CudaLevelOps& operator=(const CudaLevelOps&) = delete;
 
   bool within(int max_level) override;
   void pack(int max_level, patterns::Range elements, uint64_t* out) override;
@@ -40,6 +44,7 @@ class CudaLevelOps final : public LevelOps {
   at::Tensor planes_;       // device: the whole tensor's planes and the out-of-range word after them
   at::Tensor planes_host_;  // pinned: the same, copied back; then the result planes on their way out
   at::Tensor results_;      // device: the result planes of the chunks unpacked so far
+  bool copies_pending_ = false;  // copies to or from planes_host_ queued and not yet waited for
 };
 
 }  // namespace pride::torch_plugin

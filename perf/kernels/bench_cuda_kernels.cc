@@ -119,9 +119,21 @@ int main(int argc, char** argv) {
   auto* limbs = static_cast<uint32_t*>(device_random(limb_bytes + 8));
   const size_t trit_bytes = pride::bits::trits::bytes_for_words(coded_words);
   auto* trits = static_cast<uint8_t*>(device_random(trit_bytes + 8));
-  // Lion Cub's levels at N ranks (s = 127/N; six planes at N = 4), packed from n int8 values (random
-  // bytes: mostly out of range, which the kernel flags and packs at the same speed).
+  // Lion Cub's levels at N ranks (s = 127/N; six planes at N = 4), packed from n int8 values within
+  // [−s, s] (out-of-range values would add the flag's stores).
   const int max_level = std::max(1, 127 / nranks), level_planes = pride::bits::level_planes(max_level);
+  auto* level_values = static_cast<int8_t*>(device_random(n));
+  {
+    std::vector<int8_t> host(n);
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (auto& v : host) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      v = int8_t(int(s % uint64_t(2 * max_level + 1)) - max_level);
+    }
+    check(cudaMemcpy(level_values, host.data(), n, cudaMemcpyHostToDevice), "upload levels");
+  }
   auto* levels = static_cast<uint64_t*>(device_random(size_t(level_planes) * plane_bytes));
   auto* out_of_range = static_cast<uint32_t*>(device_random(8));
 
@@ -146,7 +158,7 @@ int main(int argc, char** argv) {
       {"pack_binary", tb + pb, [&] { return cuda::pack_binary(x, dtype, n, pos, nullptr); }},
       {"pack_ternary", tb + 2 * pb, [&] { return cuda::pack_ternary(x, dtype, n, pos, neg, nullptr); }},
       {"pack_levels (s = 127/N)", double(n) + level_planes * pb,
-       [&] { return cuda::pack_levels(static_cast<const int8_t*>(x), n, max_level, levels, out_of_range, nullptr); }},
+       [&] { return cuda::pack_levels(level_values, n, max_level, levels, out_of_range, nullptr); }},
       {"unpack_vote (+tie)", tb + 2 * pb, [&] { return cuda::unpack_vote(pos, tie, n, y, dtype, nullptr); }},
       // on n/4 elements: its three planes must fit the one-plane buffer
       {"unpack_mean (3 planes)", (tb + 3 * pb) / 4, [&] { return cuda::unpack_mean(pos, 3, n / 4, 2, 4, 4, y, dtype, nullptr); }},

@@ -153,6 +153,21 @@ TEST_P(ApplyTest, Float16NanNarrowsToTorchsCanonicalNan) {
   }
 }
 
+// bfloat16 as torch's c10::BFloat16: every NaN narrows to the one canonical 0x7FC0, sign dropped (the
+// oracle compares NaNs only as NaNs, so the pattern itself is checked here, for the ISA without a twin
+// to compare against, as on ARM).
+TEST_P(ApplyTest, BFloat16NanNarrowsToTorchsCanonicalNan) {
+  const std::vector<uint16_t> nans = {0x7F81, 0xFF81, 0x7FC5, 0xFFFF, 0x7FC0, 0xFFC0, 0x7FA3};
+  const size_t n = 64 * nans.size() + 5;  // whole words, vector lanes and a scalar tail
+  std::vector<uint16_t> x(n);
+  for (size_t j = 0; j < n; ++j) x[j] = nans[j % nans.size()];
+  const auto pos = random_plane(n);
+  apply_vote(x.data(), DType::kBFloat16, n, pos.data(), nullptr, 0.01, 0.1);
+  for (size_t j = 0; j < n; ++j) {
+    ASSERT_EQ(x[j], 0x7FC0) << "element " << j << " from 0x" << std::hex << nans[j % nans.size()];
+  }
+}
+
 PRIDE_INSTANTIATE_ISA_TESTS(ApplyTest);
 
 }  // namespace

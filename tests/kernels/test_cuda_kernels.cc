@@ -144,7 +144,7 @@ TEST_P(CudaKernels, PackLevelsMatchesTheCpuAndFlagsValuesOutOfRange) {
   const size_t off = GetParam() ? 1 : 0;
   DeviceBuffer flag(nullptr, sizeof(uint32_t));
   auto* flag_word = static_cast<uint32_t*>(flag.get());
-  for (int s : {1, 2, 3, 4, 31, 42, 63, 64, 127}) {
+  for (int s : {1, 2, 3, 4, 8, 15, 16, 31, 42, 63, 64, 127}) {  // every plane count, 2 … 8
     std::uniform_int_distribution<int> level(-s, s);
     const int planes = level_planes(s);
     for (size_t n : gpu_lengths()) {

@@ -233,7 +233,8 @@ def _level_vote_worker(rank, world_size, store_path, device="cpu", numels=(10_00
 
     # Ordering (GPU ranks): the values are written after a long kernel on the caller's stream, and nothing
     # synchronizes; then a kernel queued after wait() reads the result. Every rank votes s, so the sign is
-    # +1: reading the values before the write gives −2, reading the result before the unpack 2s.
+    # +1: reading the values before the write gives −2, reading the result before the unpack 2s (in int8:
+    # −2 at s = 127), never 2.
     big = 1 << 22
     if dev == "cuda":
         q = torch.full((big,), -1, dtype=torch.int8, device=dev)
