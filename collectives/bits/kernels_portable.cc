@@ -118,7 +118,7 @@ void apply_vote(void* xv, size_t n, const uint64_t* pos, const uint64_t* tie, co
   const ApplyParams a = with_dtype_lr<Tr>(given);
   auto* x = static_cast<typename Tr::T*>(xv);
   if constexpr (std::is_same_v<Tr, BF16>) {
-    // lion_update<BF16> on 8 lanes: x1 = bf16(x·factor), then bf16(x1 − lr·delta).
+    // lion_update<BF16>, 4 lanes at a time: x1 = bf16(x·factor), then bf16(x1 − lr·delta).
     for_each_vote8(pos, tie, n / 64, [&](size_t i, const float* delta) {
       for (int h = 0; h < 8; h += 4) {
         U16x4 v;

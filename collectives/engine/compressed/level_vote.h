@@ -37,8 +37,9 @@ namespace pride {
 // [1, 127] is an InvalidArgument on every rank). A value out of range on any rank is an InvalidArgument on
 // every rank, naming that rank, before anything is sent. All of this rides on the fingerprint check: with
 // PRIDE_CHECK_FINGERPRINT=0 only the rank that sees the problem raises, and the others time out waiting
-// for its messages (a TimeoutError naming it). So does a check that fails on its rank (a GPU's error, in
-// the overload below): that rank raises its own error, every other rank one naming it.
+// for its messages (a TimeoutError naming it). A check that fails on its rank (a GPU's error, in the
+// overload below) is agreed the same way: that rank raises its own error, every other rank one naming
+// it (with PRIDE_CHECK_FINGERPRINT=0: a timeout).
 void level_vote(Communicator& comm, int8_t* q, size_t numel, int max_level);
 // The same, on values wherever `ops` keeps them (level_ops.h; a GPU's: torch_plugin/cuda_level_ops.h).
 // Returns once the results have been handed to `ops.unpack`, which may still be writing them (level_ops.h).
