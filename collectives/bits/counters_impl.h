@@ -174,10 +174,6 @@ void count_planes(const uint64_t* const* planes, int nplanes, size_t nwords, uin
   count_planes_body<V>(planes, nplanes, nwords, counter, counter_planes);
 }
 
-// out = pos - neg + offset, as pos + ~neg + 1 + offset modulo 2^out_planes (two's complement, with
-// neg zero-extended). The true value lies in [0, 2 * offset], which out_planes holds, so the
-// wrap-around is exact. Two carry chains run side by side: c1 for pos + ~neg + 1, c2 for + offset.
-// Output plane p at out + p * out_stride.
 // As counter_add_fixed: every plane of a block loaded before any output plane is stored (the inputs
 // and the outputs lie whole planes apart, a multiple of 4 KiB when nwords is), kOut planes in registers.
 template <class V, int kOut>
@@ -205,6 +201,10 @@ void counter_signed_offset_fixed(const uint64_t* pos, const uint64_t* neg, int p
   });
 }
 
+// out = pos - neg + offset, as pos + ~neg + 1 + offset modulo 2^out_planes (two's complement, with
+// neg zero-extended). The true value lies in [0, 2 * offset], which out_planes holds, so the
+// wrap-around is exact. Two carry chains run side by side: c1 for pos + ~neg + 1, c2 for + offset.
+// Output plane p at out + p * out_stride.
 template <class V>
 void counter_signed_offset(const uint64_t* pos, const uint64_t* neg, int planes, size_t nwords, uint64_t offset,
                            uint64_t* out, int out_planes, size_t out_stride) {
