@@ -6,13 +6,16 @@ is bracketed by torch.cuda.synchronize(); the median over --steps steps after --
   python perf/bench_dlion_cuda.py                      # N = 1: pride vs lion-pytorch (Triton), fp32
   python perf/bench_dlion_cuda.py --dtype bfloat16
   python perf/bench_dlion_cuda.py --world 4            # 4 ranks sharing the GPU, against 4 x N = 1
+  python perf/bench_dlion_cuda.py --device cpu --world 2 --params 1e6   # the same steps on CPU tensors
 
 Reports, per configuration: step ms, the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
 (5 passes over the parameters at the copy bandwidth measured in the same run), and the extra device
 memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket. With
 --world N > 1 it first times pride's N = 1 step in a process of its own, with the same parameters and
 options, and reports the N-rank step against N times that (the target: at most 1.3), unless
---no-baseline.
+--no-baseline. Then it times N such N = 1 steps in N processes at once, started together and not
+communicating: what sharing the one device costs by itself (on a GPU without MPS, processes take
+turns). The N-rank step against that is what communication and staging add.
 """
 
 import argparse
@@ -43,16 +46,25 @@ def make_params(sizes, dtype, device, seed):
     return params
 
 
-def time_steps(step, steps, warmup):
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(step, steps, warmup, device="cuda", start=None):
+    """Median ms of `steps` calls of step() after `warmup` ones; start(), when given, is called between
+    the two (the sharing baseline's processes wait there for each other)."""
     for _ in range(warmup):
         step()
-    torch.cuda.synchronize()
+    synchronize(device)
+    if start is not None:
+        start()
     times = []
     for _ in range(steps):
-        torch.cuda.synchronize()
+        synchronize(device)
         t0 = time.perf_counter()
         step()
-        torch.cuda.synchronize()
+        synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
@@ -67,27 +79,31 @@ def copy_floor_ms(total_bytes, steps=10):
     return 5 * total_bytes / bandwidth * 1e3, bandwidth / 1e9
 
 
-def run_one(args, rank=0, world=1, store_path=None, out=None):
+def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
     import pride
     from pride.optim import DistributedLion
     import torch.distributed as dist
 
-    torch.cuda.set_device(0)
+    on_cuda = args.device == "cuda"
+    if on_cuda:
+        torch.cuda.set_device(0)
     dtype = getattr(torch, args.dtype)
     if world > 1:
         store = dist.FileStore(store_path, world)
         dist.init_process_group("pride", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=600))
     sizes = shapes_for(int(args.params), args.tensors)
-    params = make_params(sizes, dtype, "cuda", seed=1 + rank)
+    params = make_params(sizes, dtype, args.device, seed=1 + rank)
     opt = DistributedLion(params, lr=1e-4, weight_decay=0.1, mode=args.mode, votes=args.votes, bucket_mb=args.bucket_mb)
     opt.step()  # the momentum buffers exist from here on: they are Lion's state, not pride's overhead
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
+    synchronize(args.device)
+    allocated = torch.cuda.memory_allocated if on_cuda else (lambda: 0)  # device memory: CUDA only
+    before = allocated()
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats()
     if world > 1:
         pride.reset_stats()
-    pride_ms = time_steps(opt.step, args.steps, args.warmup)
-    peak_growth = torch.cuda.max_memory_allocated() - before
+    pride_ms = time_steps(opt.step, args.steps, args.warmup, args.device, start)
+    peak_growth = torch.cuda.max_memory_allocated() - before if on_cuda else 0
     if args.profile:  # every rank steps (they are collectives); rank 0 records
         profile_steps(opt.step, args.profile if rank == 0 else None, world)
     param_bytes = sum(p.numel() for p in params) * params[0].element_size()
@@ -96,12 +112,12 @@ def run_one(args, rank=0, world=1, store_path=None, out=None):
     row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
                pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
-               allocated_growth_bytes=torch.cuda.memory_allocated() - before,
+               allocated_growth_bytes=allocated() - before, device=args.device,
                peak_growth_bytes=peak_growth, votes=args.votes, bucket_mb=args.bucket_mb, cuda_path=os.environ.get("PRIDE_CUDA_PATH", "auto"))
     if world > 1:
         stats = pride.stats()
         row["bytes_sent"], row["device_bytes_sent"] = stats["bytes_sent"], stats["device_bytes_sent"]
-    if world == 1 and not args.no_baseline:
+    if world == 1 and not args.no_baseline and on_cuda:
         from lion_pytorch import Lion
 
         ref_params = make_params(sizes, dtype, "cuda", seed=1)
@@ -145,12 +161,25 @@ def profile_steps(step, path, world, steps=3):
     prof.export_chrome_trace(path)
 
 
-def _worker(args, rank, world, store_path, out):
+def _worker(args, rank, world, store_path, out, barrier=None):
     try:
-        run_one(args, rank, world, store_path, out)
+        run_one(args, rank, world, store_path, out, start=barrier.wait if barrier is not None else None)
     except BaseException as e:  # noqa: BLE001 - report to the parent
+        if barrier is not None:
+            barrier.abort()  # the others' wait raises instead of waiting for this process
         out.put(dict(rank=rank, error=repr(e)))
         raise
+
+
+def run_processes(ctx, out, args, world, ranks, store_path=None, barrier=None):
+    """Rows of `ranks` processes running run_one(args, rank, world), each with the shared barrier."""
+    procs = [ctx.Process(target=_worker, args=(args, r, world, store_path, out, barrier)) for r in range(ranks)]
+    for p in procs:
+        p.start()
+    rows = [out.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join()
+    return rows
 
 
 def main():
@@ -161,6 +190,9 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--mode", default="vote", choices=["vote", "mean"])
     parser.add_argument("--world", type=int, default=1, help="ranks sharing the GPU (default 1)")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                        help="where the parameters live (default cuda; cpu runs the same steps on CPU tensors, "
+                             "without lion-pytorch's Triton step or device memory figures)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--votes", default="exact", choices=["exact", "binary", "ternary"])
@@ -174,39 +206,44 @@ def main():
     args = parser.parse_args()
     if args.cuda_path is not None:
         os.environ["PRIDE_CUDA_PATH"] = args.cuda_path  # read by each rank's pride at its first collective
-    if not torch.cuda.is_available():
-        sys.exit("bench_dlion_cuda: no CUDA device")
-    single_ms = None
+    if args.world < 1:
+        parser.error(f"--world must be at least 1, got {args.world}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_dlion_cuda: no CUDA device (--device cpu runs the steps on CPU tensors)")
+    if args.device == "cpu" and args.profile:
+        parser.error("--profile records CUDA kernels: it needs --device cuda")
+    single_ms = shared_ms = None
     if args.world == 1:
         rows = [run_one(args)]
     else:
         ctx = torch.multiprocessing.get_context("spawn")
         out = ctx.Queue()
-        if not args.no_baseline:  # pride's N = 1 step, alone on the GPU, before the group starts
+        if not args.no_baseline:
+            # pride's N = 1 step, alone on the device, before the group starts; then N of them at once,
+            # not communicating, timed from a common start (the others wait at the barrier after warm-up).
             alone = argparse.Namespace(**dict(vars(args), world=1, no_baseline=True, profile=None))
-            proc = ctx.Process(target=_worker, args=(alone, 0, 1, None, out))
-            proc.start()
-            row = out.get(timeout=900)
-            proc.join()
-            if "error" in row:
-                sys.exit(f"bench_dlion_cuda: the N = 1 baseline failed: {row['error']}")
-            single_ms = row["pride_ms"]
+            for ranks in (1, args.world):
+                barrier = ctx.Barrier(ranks) if ranks > 1 else None
+                baseline = run_processes(ctx, out, alone, 1, ranks, barrier=barrier)
+                failed = [r["error"] for r in baseline if "error" in r]
+                if failed:
+                    what = "the N = 1 baseline" if ranks == 1 else f"the {ranks} concurrent N = 1 steps"
+                    sys.exit(f"bench_dlion_cuda: {what} failed: {failed}")
+                if ranks == 1:
+                    single_ms = baseline[0]["pride_ms"]
+                else:
+                    shared_ms = max(r["pride_ms"] for r in baseline)
         with tempfile.TemporaryDirectory() as tmp:
-            store_path = os.path.join(tmp, "store")
-            procs = [ctx.Process(target=_worker, args=(args, r, args.world, store_path, out)) for r in range(args.world)]
-            for p in procs:
-                p.start()
-            rows = [out.get(timeout=900) for _ in procs]
-            for p in procs:
-                p.join()
+            rows = run_processes(ctx, out, args, args.world, args.world, store_path=os.path.join(tmp, "store"))
         errors = [r for r in rows if "error" in r]
         if errors:
             sys.exit(f"bench_dlion_cuda: ranks failed: {errors}")
     rows.sort(key=lambda r: r["rank"])
     slowest = max(r["pride_ms"] for r in rows)
     r0 = rows[0]
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
     print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
-          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 1024:g} MiB, {args.world} rank(s) on {torch.cuda.get_device_name()}")
+          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 1024:g} MiB, {args.world} rank(s) on {where}")
     print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps)")
     if single_ms is not None:
         ratio = slowest / (args.world * single_ms)
@@ -214,13 +251,21 @@ def main():
             r["single_rank_ms"], r["ratio_to_world_x_single"] = single_ms, ratio
         print(f"pride N = 1 step in this run: {single_ms:.3f} ms -> step / ({args.world} x N = 1) = {ratio:.3f} "
               f"(target <= 1.3)")
+    if shared_ms is not None:
+        shared_ratio = slowest / shared_ms
+        for r in rows:
+            r["shared_single_ms"], r["ratio_to_shared_single"] = shared_ms, shared_ratio
+        print(f"{args.world} N = 1 steps at once, not communicating: {shared_ms:.3f} ms (slowest) = "
+              f"{shared_ms / single_ms:.3f} x N = 1 -> step / that = {shared_ratio:.3f} "
+              f"(what communication and staging add)")
     if "lion_pytorch_triton_ms" in r0:
         print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")
         print(f"HBM floor (5 passes at {r0['copy_GBps']:.0f} GB/s copy): {r0['hbm_floor_ms']:.3f} ms")
-    print(f"extra device memory per rank: {r0['workspace_bytes'] / 2**20:.1f} MiB held by the optimizer, "
-          f"{max(r['peak_growth_bytes'] for r in rows) / 2**20:.1f} MiB peak growth during the steps "
-          f"(limit 1/8 of parameters + one bucket: {r0['memory_limit_bytes'] / 2**20:.1f} MiB)")
-    if "device_bytes_sent" in r0:
+    if args.device == "cuda":
+        print(f"extra device memory per rank: {r0['workspace_bytes'] / 2**20:.1f} MiB held by the optimizer, "
+              f"{max(r['peak_growth_bytes'] for r in rows) / 2**20:.1f} MiB peak growth during the steps "
+              f"(limit 1/8 of parameters + one bucket: {r0['memory_limit_bytes'] / 2**20:.1f} MiB)")
+    if "device_bytes_sent" in r0 and args.device == "cuda":
         print(f"data path {r0['cuda_path']}: {r0['device_bytes_sent']} of {r0['bytes_sent']} bytes sent from GPU memory (rank 0)")
     if args.json:
         with open(args.json, "a") as f:
