@@ -10,6 +10,7 @@
 #include "collectives/bits/kernels.h"
 #include "collectives/bits/levels.h"
 #include "collectives/engine/sign/plane_copy.h"
+#include "torch_plugin/word_buffers.h"
 
 namespace pride::torch_plugin {
 namespace {
@@ -19,13 +20,6 @@ void check_launch(cudaError_t status, int rank, const char* what) {
               " failed: ", cudaGetErrorString(status));
 }
 
-at::Tensor words_on(c10::Device device, size_t count, bool pinned) {
-  auto options = at::TensorOptions().dtype(at::kLong).device(device);
-  if (pinned) options = options.pinned_memory(true);
-  return at::empty({int64_t(std::max<size_t>(count, 1))}, options);
-}
-
-uint64_t* words_of(at::Tensor& t) { return reinterpret_cast<uint64_t*>(t.data_ptr<int64_t>()); }
 
 }  // namespace
 
@@ -39,8 +33,8 @@ bool CudaLevelOps::within(int max_level) {
   // The whole tensor in one launch and one copy (its planes, then the flag word); pack() then copies
   // each chunk's words out of the host copy.
   const size_t W = bits::words_for(numel_), planes = size_t(bits::level_planes(max_level));
-  planes_ = words_on(device_, planes * W + 1, false);
-  planes_host_ = words_on(at::kCPU, planes * W + 1, true);
+  planes_ = empty_words(planes * W + 1, word_options(device_));
+  planes_host_ = empty_words(planes * W + 1, word_options(at::kCPU, /*pinned=*/true));
   uint64_t* on_device = words_of(planes_);
   auto* flag = reinterpret_cast<uint32_t*>(on_device + planes * W);
   check_launch(bits::cuda::pack_levels(q_, numel_, max_level, on_device, flag, stream_), rank_, "pack_levels");
@@ -69,7 +63,7 @@ void CudaLevelOps::unpack(const uint64_t* pos, const uint64_t* tie, patterns::Ra
   // earlier chunks may still read theirs), then its values. The caller's buffers are free once this
   // returns, whatever memory they are (a copy from memory UCX has pinned would be asynchronous).
   const size_t W = bits::words_for(numel_), first = elements.begin / 64, words = bits::words_for(elements.size);
-  if (!results_.defined()) results_ = words_on(device_, 2 * W, false);
+  if (!results_.defined()) results_ = empty_words(2 * W, word_options(device_));
   uint64_t* staged = words_of(planes_host_) + 2 * first;
   std::memcpy(staged, pos, words * 8);
   std::memcpy(staged + words, tie, words * 8);

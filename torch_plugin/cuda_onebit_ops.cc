@@ -10,6 +10,7 @@
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/kernels.h"
 #include "collectives/bits/onebit.h"
+#include "torch_plugin/word_buffers.h"
 
 namespace pride::torch_plugin {
 namespace {
@@ -19,10 +20,7 @@ void check_launch(cudaError_t status, int rank, const char* what) {
               " failed: ", cudaGetErrorString(status));
 }
 
-at::Tensor pinned_words(size_t count) {
-  return at::empty({int64_t(std::max<size_t>(count, 1))},
-                   at::TensorOptions().dtype(at::kLong).device(at::kCPU).pinned_memory(true));
-}
+at::Tensor pinned_words(size_t count) { return empty_words(count, word_options(at::kCPU, /*pinned=*/true)); }
 
 }  // namespace
 
@@ -42,10 +40,8 @@ float* CudaOnebitOps::device_floats(at::Tensor& buffer, size_t count) {
 }
 
 uint64_t* CudaOnebitOps::device_words(at::Tensor& buffer, size_t count) {
-  if (!buffer.defined() || size_t(buffer.numel()) < count) {
-    buffer = at::empty({int64_t(std::max<size_t>(count, 1))}, at::TensorOptions().dtype(at::kLong).device(device_));
-  }
-  return reinterpret_cast<uint64_t*>(buffer.data_ptr<int64_t>());
+  ensure_words(buffer, count, word_options(device_));
+  return words_of(buffer);
 }
 
 double CudaOnebitOps::fetch_sum() {
@@ -80,7 +76,7 @@ void CudaOnebitOps::compress_worker(float scale, patterns::Range elements, uint6
     worker_scale_ = scale;
     worker_signs_fetched_ = true;
   }
-  const auto* host = reinterpret_cast<const uint64_t*>(plane_host_.data_ptr<int64_t>());
+  const uint64_t* host = words_of(plane_host_);
   std::memcpy(signs, host + elements.begin / 64, bits::words_for(elements.size) * 8);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "collectives/bits/cuda/kernels.h"
+#include "torch_plugin/word_buffers.h"
 
 namespace pride::torch_plugin {
 namespace {
@@ -28,10 +29,8 @@ void copy_planes(uint64_t* dst, size_t dst_stride, const uint64_t* src, size_t s
 
 uint64_t* CudaPlaneOps::scratch(SignScratch what, size_t words, uint32_t instance) {
   at::Tensor& t = buffers_[{uint32_t(what), instance}];
-  if (!t.defined() || size_t(t.numel()) < words) {
-    t = at::empty({int64_t(std::max<size_t>(words, 1))}, at::TensorOptions().dtype(at::kLong).device(device_));
-  }
-  return reinterpret_cast<uint64_t*>(t.data_ptr<int64_t>());
+  ensure_words(t, words, word_options(device_));
+  return words_of(t);
 }
 
 void CudaPlaneOps::gather(const uint64_t* base, size_t stride, int planes, patterns::Range words, uint64_t* out) {

@@ -14,6 +14,7 @@
 #include "torch_plugin/device_vote.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
+#include "torch_plugin/word_buffers.h"
 
 namespace pride::torch_plugin {
 namespace {
@@ -55,10 +56,10 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_cuda(at::Tensor& ten
     const SignPlan plan = SignPlan::make(comm.size(), options.mode, options.votes);
     at::Tensor x = tensor.is_contiguous() ? tensor : tensor.contiguous();
     const auto on_device = tensor.options().dtype(at::kLong);
-    at::Tensor votes = at::empty({int64_t(size_t(plan.counters) * nwords)}, on_device);
-    at::Tensor planes = at::empty({int64_t(size_t(plan.result_planes) * nwords)}, on_device);
-    auto* dvotes = reinterpret_cast<uint64_t*>(votes.data_ptr<int64_t>());
-    auto* dplanes = reinterpret_cast<uint64_t*>(planes.data_ptr<int64_t>());
+    at::Tensor votes = empty_words(size_t(plan.counters) * nwords, on_device);
+    at::Tensor planes = empty_words(size_t(plan.result_planes) * nwords, on_device);
+    uint64_t* dvotes = words_of(votes);
+    uint64_t* dplanes = words_of(planes);
     if (numel > 0) {
       if (options.votes == VoteKind::kBinary) {
         check_launch(bits::cuda::pack_binary(x.data_ptr(), dtype, numel, dvotes, stream), "pack_binary");

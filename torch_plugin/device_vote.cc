@@ -6,6 +6,7 @@
 #include "backend/common/settings.h"
 #include "collectives/engine/sign/data_path.h"
 #include "torch_plugin/cuda_plane_ops.h"
+#include "torch_plugin/word_buffers.h"
 #ifdef PRIDE_WITH_NCCL_TRANSPORT
 #include "torch_plugin/nccl_sign_allreduce.h"
 #endif
@@ -60,14 +61,14 @@ SignPlan vote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignO
   at::Tensor votes_twin, planes_twin;  // released when this returns: every copy of them is waited for
   uint64_t* votes_host = where.votes_host;
   uint64_t* planes_host = where.planes_host;
-  const auto pinned = at::TensorOptions().dtype(at::kLong).device(at::kCPU).pinned_memory(true);
+  const auto pinned = word_options(at::kCPU, /*pinned=*/true);
   if (votes_host == nullptr) {
-    votes_twin = at::empty({int64_t(std::max<size_t>(vote_words, 1))}, pinned);
-    votes_host = reinterpret_cast<uint64_t*>(votes_twin.data_ptr<int64_t>());
+    votes_twin = empty_words(vote_words, pinned);
+    votes_host = words_of(votes_twin);
   }
   if (planes_host == nullptr) {
-    planes_twin = at::empty({int64_t(std::max<size_t>(result_words, 1))}, pinned);
-    planes_host = reinterpret_cast<uint64_t*>(planes_twin.data_ptr<int64_t>());
+    planes_twin = empty_words(result_words, pinned);
+    planes_host = words_of(planes_twin);
   }
   if (numel > 0) {
     C10_CUDA_CHECK(cudaMemcpyAsync(votes_host, where.votes, vote_words * 8, cudaMemcpyDeviceToHost, where.stream));

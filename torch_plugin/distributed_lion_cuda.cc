@@ -18,6 +18,7 @@
 #include "torch_plugin/device_vote.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
+#include "torch_plugin/word_buffers.h"
 
 namespace pride::torch_plugin {
 
@@ -75,13 +76,6 @@ constexpr size_t kWord = 64;
 constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
-
-uint64_t* words_of(const at::Tensor& t) { return reinterpret_cast<uint64_t*>(t.data_ptr<int64_t>()); }
-
-// At least `words` int64 words in `t` (grown, never shrunk).
-void ensure_words(at::Tensor& t, size_t words, const at::TensorOptions& options) {
-  if (!t.defined() || size_t(t.numel()) < words) t = at::empty({int64_t(std::max<size_t>(words, 1))}, options);
-}
 
 void check_launch(cudaError_t status, const char* what) {
   TORCH_CHECK(status == cudaSuccess, "pride DistributedLion: ", what, " failed: ", cudaGetErrorString(status));
@@ -226,7 +220,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
 
   // Buffers, reused from the last step when large enough.
   const auto on_device = params[0].options().dtype(at::kLong);
-  const auto pinned = at::TensorOptions().dtype(at::kLong).device(at::kCPU).pinned_memory(true);
+  const auto pinned = word_options(at::kCPU, /*pinned=*/true);
   ensure_words(ws.votes, vote_words, on_device);
   ensure_words(ws.planes, plane_words, on_device);
   if (backend != nullptr) {
@@ -346,7 +340,7 @@ at::Tensor apply_slices_with_grad(const BucketPlan& b, const std::vector<TensorS
   }
   *count = kept.size();
   const int64_t words = int64_t(round_up(std::max<size_t>(kept.size(), 1) * sizeof(TensorSlice), 8) / 8);
-  at::Tensor host = at::empty({words}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  at::Tensor host = empty_words(size_t(words), word_options(at::kCPU, /*pinned=*/true));
   std::copy(kept.begin(), kept.end(), reinterpret_cast<TensorSlice*>(host.data_ptr<int64_t>()));
   // Pinned → device on the current stream; torch keeps `host` alive until the copy is done, and the
   // device copy is freed in stream order after the launch that reads it.
