@@ -76,6 +76,8 @@ run "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nc
 # The same with the results coded (N = 4's tie-capable vote as trits: 1.95 bits per element, not 2.25);
 # auto keeps planes where the ranks share one host, as here.
 run env PRIDE_RESULT_CODING=packed "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
+# Issue 13's N = 4 row, with its two baselines timed first in the same run: the N = 1 step alone (the
+# target's 4 x N = 1) and four N = 1 steps at once without a group (what sharing the GPU costs alone).
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
 # The same in one bucket (350M fp32 is 1.3 GiB: two at the default): half the per-bucket waits, which
 # on a GPU that processes time-slice cost a slice each, against the overlap of packing and voting.
