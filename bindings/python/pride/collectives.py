@@ -35,7 +35,7 @@ def _not_a_member(group):
 def sign_allreduce(t, mode="vote", group=None, async_op=False, votes="binary"):
     """In place: every rank gets the element-wise majority vote ("vote") or mean ("mean") of the
     ranks' signs of ``t``. Binary votes: x > 0 votes +1, anything else -1; ternary votes: ±0 and NaN
-    abstain. float32, bfloat16 or float16 CPU tensors. Returns a Work when ``async_op``.
+    abstain. float32, bfloat16 or float16 tensors, on the CPU or a GPU. Returns a Work when ``async_op``.
     """
     if _not_a_member(group):
         return None
