@@ -14,6 +14,9 @@ import ctypes
 import gc
 import os
 
+import pytest
+import torch
+
 import distributed_harness as harness
 
 # Rounds after warm-up; a leak of L bytes per round grows by ROUNDS * L. The limit is 1 KiB a round, and a
@@ -38,40 +41,43 @@ def _resident_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_rank):
+def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_rank, device="cpu"):
     import warnings
 
-    import torch
     import torch.distributed as dist
 
     import pride
     from pride.optim import DistributedLion
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch 2.14 renames *_into_tensor; 2.11 has only those
+    on_cuda = device == "cuda"
+    if on_cuda:
+        torch.cuda.set_device(0)  # the ranks share the one GPU, as in test_cuda.py
     harness.init_group(rank, world, store_path)
     torch.manual_seed(rank)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     opt = DistributedLion(model.parameters(), lr=1e-3)
-    errors = {n: (torch.zeros(n), torch.zeros(pride.compressed_allreduce_server_numel(n))) for n in SIZES}
+    errors = {n: (torch.zeros(n, device=device), torch.zeros(pride.compressed_allreduce_server_numel(n), device=device))
+              for n in SIZES}
     kept = []  # the control's leak
     peer = (rank + 1) % world
 
     def one_round(i):
         n = SIZES[i % len(SIZES)]
-        x = torch.randn(n)
+        x = torch.randn(n, device=device)
         pride.sign_allreduce(x.clone(), mode="vote")
         pride.sign_allreduce(x.clone(), mode="mean", votes="ternary")
         dist.all_reduce(x)
         dist.broadcast(x, src=i % world)
-        out = torch.empty(world * n)
+        out = torch.empty(world * n, device=device)
         dist.all_gather_into_tensor(out, x)
         dist.reduce_scatter_tensor(x, out)
         work = dist.all_reduce(x, async_op=True)
         work.wait()
-        q = torch.randint(-2, 3, (n,), dtype=torch.int8)
+        q = torch.randint(-2, 3, (n,), dtype=torch.int8, device=device)
         pride.level_vote(q, 2)
         pride.compressed_allreduce(x.clone(), *errors[n])
-        dist.all_to_all_single(torch.empty(world * n), out)
+        dist.all_to_all_single(torch.empty(world * n, device=device), out)
         dist.reduce(x, dst=i % world)
         if i % 3 == 0:
             send = dist.isend(x, peer, tag=i)
@@ -81,41 +87,62 @@ def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_ran
         if i % 5 == 0:
             dist.barrier()
         model.zero_grad()
-        model(torch.randn(16, 64)).square().mean().backward()
+        model(torch.randn(16, 64, device=device)).square().mean().backward()
         opt.step()
         if rank == leaking_rank:
-            kept.append(torch.empty(CONTROL_LEAK_BYTES // 4))
+            kept.append(torch.empty(CONTROL_LEAK_BYTES // 4, device=device))
+
+    def held():
+        """Resident host memory (pinned staging included) and, on a GPU, the device memory torch's
+        allocator hands out (pride's device workspaces are torch tensors), not what it keeps cached."""
+        if on_cuda:
+            torch.cuda.synchronize()
+        return _resident_bytes(), torch.cuda.memory_allocated() if on_cuda else 0
 
     for i in range(warmup):
         one_round(i)
     dist.barrier()
-    before = _resident_bytes()
+    before = held()
     for i in range(warmup, warmup + rounds):
         one_round(i)
     dist.barrier()
-    after = _resident_bytes()
+    after = held()
     stats = pride.stats()
     with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
-        f.write(f"{before} {after} {stats['collectives']}\n")
+        f.write(f"{before[0]} {after[0]} {before[1]} {after[1]} {stats['collectives']}\n")
     dist.destroy_process_group()
 
 
-def _growth(tmp_path, world, leaking_rank, warmup=WARMUP_ROUNDS, rounds=ROUNDS):
-    harness.run(_memory_worker, world, str(tmp_path), warmup, rounds, leaking_rank, deadline_s=240)
+def _growth(tmp_path, world, leaking_rank, warmup=WARMUP_ROUNDS, rounds=ROUNDS, device="cpu"):
+    harness.run(_memory_worker, world, str(tmp_path), warmup, rounds, leaking_rank, device, deadline_s=240)
     rows = {}
     for r in range(world):
-        before, after, collectives = (int(v) for v in (tmp_path / f"rank{r}").read_text().split())
-        rows[r] = dict(before=before, after=after, growth=after - before, collectives=collectives)
+        before, after, device_before, device_after, collectives = (
+            int(v) for v in (tmp_path / f"rank{r}").read_text().split())
+        rows[r] = dict(before=before, after=after, growth=after - before, device_before=device_before,
+                       device_growth=device_after - device_before, collectives=collectives)
     return rows
 
 
-def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path):
-    rows = _growth(tmp_path, 2, leaking_rank=1)
+@pytest.mark.parametrize("device", [
+    "cpu",
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                    reason="no CUDA device on this machine")]),
+])
+def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path, device):
+    """On CUDA tensors the same calls, the ranks sharing the GPU: resident host memory and the device
+    memory torch allocates are both held to the limit; the control keeps its buffers on the device."""
+    rows = _growth(tmp_path, 2, leaking_rank=1, device=device)
     for r, row in rows.items():
         assert row["collectives"] > 8 * ROUNDS, (r, row)  # the calls happened (pride counts them)
     judged, control = rows[0], rows[1]
-    assert judged["growth"] < GROWTH_LIMIT_BYTES, (
-        f"rank 0: resident memory grew by {judged['growth'] / 2**20:.2f} MiB over {ROUNDS} rounds "
-        f"({judged['growth'] / ROUNDS:.0f} bytes a round; from {judged['before'] / 2**20:.1f} MiB)")
-    # The control rank made the same calls and kept CONTROL_LEAK_BYTES a round: the limit sees that.
-    assert control["growth"] >= GROWTH_LIMIT_BYTES, control
+    held = {"resident memory": ("growth", "before")}
+    if device == "cuda":
+        held["device memory allocated"] = ("device_growth", "device_before")
+    for where, (growth, start) in held.items():
+        assert judged[growth] < GROWTH_LIMIT_BYTES, (
+            f"rank 0: {where} grew by {judged[growth] / 2**20:.2f} MiB over {ROUNDS} rounds "
+            f"({judged[growth] / ROUNDS:.0f} bytes a round; from {judged[start] / 2**20:.1f} MiB)")
+    # The control rank made the same calls and kept CONTROL_LEAK_BYTES a round where its tensors live:
+    # the limit sees that.
+    assert control["device_growth" if device == "cuda" else "growth"] >= GROWTH_LIMIT_BYTES, control
