@@ -146,3 +146,46 @@ def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path, devi
     # The control rank made the same calls and kept CONTROL_LEAK_BYTES a round where its tensors live:
     # the limit sees that.
     assert control["device_growth" if device == "cuda" else "growth"] >= GROWTH_LIMIT_BYTES, control
+
+
+def _threads_and_descriptors():
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+def _group_churn_worker(rank, world, store_path, out_dir, warmup, groups):
+    import torch
+    import torch.distributed as dist
+
+    import pride
+
+    harness.init_group(rank, world, store_path)
+    x = torch.ones(1000)
+
+    def one_group():
+        g = dist.new_group(list(range(world)))
+        dist.all_reduce(x, group=g)
+        pride.sign_allreduce(x, group=g)
+        dist.destroy_process_group(g)
+
+    for _ in range(warmup):
+        one_group()
+    before = (*_threads_and_descriptors(), _resident_bytes())
+    for _ in range(groups):
+        one_group()
+    after = (*_threads_and_descriptors(), _resident_bytes())
+    with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
+        f.write(" ".join(str(v) for v in before + after) + "\n")
+    dist.destroy_process_group()
+
+
+def test_groups_created_and_destroyed_give_back_their_threads_descriptors_and_memory(tmp_path):
+    """Each pride group has its own worker thread, UCX worker and connections: destroying it must give
+    them all back, or a job that makes groups as it goes (pipeline stages, evaluation groups) runs out."""
+    groups = 40
+    harness.run(_group_churn_worker, 2, str(tmp_path), 5, groups, deadline_s=180)
+    for r in range(2):
+        threads0, fds0, rss0, threads1, fds1, rss1 = (int(v) for v in (tmp_path / f"rank{r}").read_text().split())
+        assert (threads1, fds1) == (threads0, fds0), (
+            f"rank {r}: after {groups} more groups made and destroyed, {threads1 - threads0} more threads "
+            f"and {fds1 - fds0} more open descriptors")
+        assert rss1 - rss0 < groups * 16 * 1024, f"rank {r}: resident memory grew by {(rss1 - rss0) >> 10} KiB"
