@@ -15,7 +15,10 @@ memory pride holds per rank (its workspace) against 1/8 of the parameter bytes p
 options, and reports the N-rank step against N times that (the target: at most 1.3), unless
 --no-baseline. Then it times N such N = 1 steps in N processes at once, started together and not
 communicating: what sharing the one device costs by itself (on a GPU without MPS, processes take
-turns). The N-rank step against that is what communication and staging add.
+turns). The N-rank step against that is what communication and staging add. The barrier lines up
+their starts only: the last to finish takes its final steps with fewer processes beside it, so the
+slowest one's median slightly understates sharing; the rows record each process's timed window and
+their overlap.
 """
 
 import argparse
@@ -60,12 +63,15 @@ def time_steps(step, steps, warmup, device="cuda", start=None):
     if start is not None:
         start()
     times = []
+    window = [time.time(), None]  # wall clock, comparable across processes: when the timed steps ran
     for _ in range(steps):
         synchronize(device)
         t0 = time.perf_counter()
         step()
         synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
+    window[1] = time.time()
+    time_steps.last_window = tuple(window)
     return statistics.median(times)
 
 
@@ -103,6 +109,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
     if world > 1:
         pride.reset_stats()
     pride_ms = time_steps(opt.step, args.steps, args.warmup, args.device, start)
+    window = time_steps.last_window
     peak_growth = torch.cuda.max_memory_allocated() - before if on_cuda else 0
     if args.profile:  # every rank steps (they are collectives); rank 0 records
         profile_steps(opt.step, args.profile if rank == 0 else None, world)
@@ -112,7 +119,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
     row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
                pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
-               allocated_growth_bytes=allocated() - before, device=args.device,
+               allocated_growth_bytes=allocated() - before, device=args.device, window=window,
                peak_growth_bytes=peak_growth, votes=args.votes, bucket_mb=args.bucket_mb, cuda_path=os.environ.get("PRIDE_CUDA_PATH", "auto"))
     if world > 1:
         stats = pride.stats()
@@ -161,9 +168,18 @@ def profile_steps(step, path, world, steps=3):
     prof.export_chrome_trace(path)
 
 
+# How long the sharing baseline's processes wait for each other after warm-up (they start CUDA at the
+# same time, so seconds apart at most); a process that died without a Python exception (a signal, the
+# OOM killer) cannot abort the barrier, and this bounds the others' wait for it.
+BARRIER_TIMEOUT_S = 300
+# How long the parent waits for all of a stage's rows before it stops the stage's processes.
+STAGE_TIMEOUT_S = 900
+
+
 def _worker(args, rank, world, store_path, out, barrier=None):
     try:
-        run_one(args, rank, world, store_path, out, start=barrier.wait if barrier is not None else None)
+        start = (lambda: barrier.wait(timeout=BARRIER_TIMEOUT_S)) if barrier is not None else None
+        run_one(args, rank, world, store_path, out, start=start)
     except BaseException as e:  # noqa: BLE001 - report to the parent
         if barrier is not None:
             barrier.abort()  # the others' wait raises instead of waiting for this process
@@ -172,13 +188,34 @@ def _worker(args, rank, world, store_path, out, barrier=None):
 
 
 def run_processes(ctx, out, args, world, ranks, store_path=None, barrier=None):
-    """Rows of `ranks` processes running run_one(args, rank, world), each with the shared barrier."""
-    procs = [ctx.Process(target=_worker, args=(args, r, world, store_path, out, barrier)) for r in range(ranks)]
+    """Rows of `ranks` processes running run_one(args, rank, world), each with the shared barrier. A
+    process that exits without its row (killed, crashed) or a stage past STAGE_TIMEOUT_S ends the stage:
+    the others are stopped and an error row stands for each missing one, so nothing waits forever."""
+    import queue
+
+    procs = [ctx.Process(target=_worker, args=(args, r, world, store_path, out, barrier), daemon=True)
+             for r in range(ranks)]
     for p in procs:
         p.start()
-    rows = [out.get(timeout=900) for _ in procs]
+    rows, deadline = [], time.monotonic() + STAGE_TIMEOUT_S
+    while len(rows) < ranks:
+        try:
+            rows.append(out.get(timeout=1.0))
+            continue
+        except queue.Empty:
+            pass
+        reported = {r.get("rank") for r in rows}
+        lost = [r for r, p in enumerate(procs) if not p.is_alive() and r not in reported]
+        if lost or time.monotonic() > deadline:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            what = f"exited with code {procs[lost[0]].exitcode} without a result" if lost else \
+                f"not done after {STAGE_TIMEOUT_S} s"
+            rows += [dict(rank=r, error=f"process {r} {what}") for r in range(ranks) if r not in reported]
+            break
     for p in procs:
-        p.join()
+        p.join(timeout=30)
     return rows
 
 
@@ -212,7 +249,7 @@ def main():
         sys.exit("bench_dlion_cuda: no CUDA device (--device cpu runs the steps on CPU tensors)")
     if args.device == "cpu" and args.profile:
         parser.error("--profile records CUDA kernels: it needs --device cuda")
-    single_ms = shared_ms = None
+    single_ms = shared_ms = shared_overlap_s = None
     if args.world == 1:
         rows = [run_one(args)]
     else:
@@ -233,6 +270,8 @@ def main():
                     single_ms = baseline[0]["pride_ms"]
                 else:
                     shared_ms = max(r["pride_ms"] for r in baseline)
+                    # How long all of them were in their timed steps together (the barrier's point).
+                    shared_overlap_s = min(r["window"][1] for r in baseline) - max(r["window"][0] for r in baseline)
         with tempfile.TemporaryDirectory() as tmp:
             rows = run_processes(ctx, out, args, args.world, args.world, store_path=os.path.join(tmp, "store"))
         errors = [r for r in rows if "error" in r]
@@ -255,6 +294,7 @@ def main():
         shared_ratio = slowest / shared_ms
         for r in rows:
             r["shared_single_ms"], r["ratio_to_shared_single"] = shared_ms, shared_ratio
+            r["shared_overlap_s"] = shared_overlap_s
         print(f"{args.world} N = 1 steps at once, not communicating: {shared_ms:.3f} ms (slowest) = "
               f"{shared_ms / single_ms:.3f} x N = 1 -> step / that = {shared_ratio:.3f} "
               f"(what communication and staging add)")

@@ -90,13 +90,20 @@ def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_ran
         model(torch.randn(16, 64, device=device)).square().mean().backward()
         opt.step()
         if rank == leaking_rank:
-            kept.append(torch.empty(CONTROL_LEAK_BYTES // 4, device=device))
+            # Written, so that its pages are resident whatever the allocator (torch.empty's may not be).
+            kept.append(torch.ones(CONTROL_LEAK_BYTES // 4, device=device))
 
     def held():
         """Resident host memory (pinned staging included) and, on a GPU, the device memory torch's
         allocator hands out (pride's device workspaces are torch tensors), not what it keeps cached."""
         if on_cuda:
             torch.cuda.synchronize()
+            # Staging twins come from torch's pinned host cache, which keeps freed blocks (rounded up to
+            # powers of two, resident): empty it, as malloc_trim does for the heap, so that a block cached
+            # once more after warm-up does not read as growth.
+            empty_host_cache = getattr(torch._C, "_host_emptyCache", None)
+            if empty_host_cache is not None:
+                empty_host_cache()
         return _resident_bytes(), torch.cuda.memory_allocated() if on_cuda else 0
 
     for i in range(warmup):
@@ -149,6 +156,7 @@ def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path, devi
 
 
 def _threads_and_descriptors():
+    gc.collect()  # anything only the cycle collector would free goes first
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
 
 
