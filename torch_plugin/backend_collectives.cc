@@ -63,7 +63,7 @@ bool check_pieces(const at::Tensor& mine, const std::vector<at::Tensor>& pieces,
   }
   for (const auto& p : pieces) {
     check_cpu_tensor(p, collective);
-    TORCH_CHECK_TYPE(p.scalar_type() == mine.scalar_type(), "pride ", collective, ": ", piece,
+    TORCH_CHECK_TYPE(p.scalar_type() == mine.scalar_type(), "pride ", collective, " (rank ", rank, "): ", piece,
                      " tensors must have dtype ", mine.scalar_type(), ", got ", p.scalar_type());
   }
   TORCH_CHECK_VALUE(pieces[size_t(rank)].numel() == mine.numel(), "pride ", collective, " (rank ", rank, "): ", piece,
@@ -98,13 +98,13 @@ intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& t
     return w;
   }
   StagingScope staging(*this, tensor_refs(tensors), "allreduce_coalesced");
-  TORCH_CHECK_VALUE(!tensors.empty(), "pride allreduce_coalesced: no tensors");
+  TORCH_CHECK_VALUE(!tensors.empty(), "pride allreduce_coalesced (rank ", getRank(), "): no tensors");
   check_cpu_tensor(tensors[0], "allreduce_coalesced");
   for (const auto& t : tensors) {
     check_cpu_tensor(t, "allreduce_coalesced");
     TORCH_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(),
-                     "pride allreduce_coalesced: tensors must share one dtype, got ", tensors[0].scalar_type(),
-                     " and ", t.scalar_type());
+                     "pride allreduce_coalesced (rank ", getRank(), "): tensors must share one dtype, got ",
+                     tensors[0].scalar_type(), " and ", t.scalar_type());
   }
   const ScalarType type = to_scalar_type(tensors[0].scalar_type(), "allreduce_coalesced");
   const ReduceOp op = to_reduce_op(opts.reduceOp, type, "allreduce_coalesced");
@@ -163,8 +163,10 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
   }
   StagingScope staging(*this, tensor_refs(outputs, inputs), "allgather");
   check_single_tensor(inputs, "allgather");
-  TORCH_CHECK_VALUE(outputs.size() == 1, "pride allgather: expected one output list, got ", outputs.size());
-  TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(), "pride allgather: output list has ", outputs[0].size(),
+  TORCH_CHECK_VALUE(outputs.size() == 1,
+                    "pride allgather (rank ", getRank(), "): expected one output list, got ", outputs.size());
+  TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(),
+                    "pride allgather (rank ", getRank(), "): output list has ", outputs[0].size(),
                     " tensors, the group has ", getSize(), " ranks");
   const bool even = check_pieces(inputs[0], outputs[0], getRank(), "allgather", "output", "input");
   to_scalar_type(inputs[0].scalar_type(), "allgather");
@@ -196,9 +198,11 @@ intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor
   StagingScope staging(*this, tensor_refs(output, input), "all_gather_into_tensor");
   check_cpu_tensor(input, "all_gather_into_tensor");
   check_cpu_tensor(output, "all_gather_into_tensor");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride all_gather_into_tensor: output dtype ",
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "pride all_gather_into_tensor (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
-  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "pride all_gather_into_tensor: output has ",
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
+                    "pride all_gather_into_tensor (rank ", getRank(), "): output has ",
                     output.numel(), " elements, expected ", input.numel() * getSize());
   to_scalar_type(input.scalar_type(), "all_gather_into_tensor");
   at::Tensor in = input, out = output;
@@ -235,7 +239,8 @@ intrusive_ptr<Work> PrideBackend::allgather_coalesced(std::vector<std::vector<at
 intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                   std::vector<at::Tensor>& inputs,
                                                                   const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "pride allgather_into_tensor_coalesced: ", outputs.size(),
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                    "pride allgather_into_tensor_coalesced (rank ", getRank(), "): ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   intrusive_ptr<Work> last;
   for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
@@ -253,12 +258,12 @@ intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& o
   std::vector<at::Tensor> outs;
   if (getRank() == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && int(outputs[0].size()) == getSize(),
-                      "pride gather: the root needs one output list of ", getSize(), " tensors");
+                      "pride gather (rank ", getRank(), "): the root needs one output list of ", getSize(), " tensors");
     check_same_type_and_size(inputs[0], outputs[0], "gather", "output");
     outs = outputs[0];
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                      "pride gather: only the root rank takes output tensors");
+                      "pride gather (rank ", getRank(), "): only the root rank takes output tensors");
   }
   at::Tensor in = inputs[0];
   return enqueue(c10d::OpType::GATHER, "pride:gather", outs, [in, outs, root](Communicator& comm, PrideWork&) mutable {
@@ -281,12 +286,12 @@ intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std:
   std::vector<at::Tensor> ins;
   if (getRank() == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
-                      "pride scatter: the root needs one input list of ", getSize(), " tensors");
+                      "pride scatter (rank ", getRank(), "): the root needs one input list of ", getSize(), " tensors");
     check_same_type_and_size(outputs[0], inputs[0], "scatter", "input");
     ins = inputs[0];
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                      "pride scatter: only the root rank takes input tensors");
+                      "pride scatter (rank ", getRank(), "): only the root rank takes input tensors");
   }
   at::Tensor out = outputs[0];
   return enqueue(c10d::OpType::SCATTER, "pride:scatter", outputs, [out, ins, root](Communicator& comm, PrideWork&) {
@@ -307,7 +312,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
   StagingScope staging(*this, tensor_refs(outputs, inputs), "reduce_scatter");
   check_single_tensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
-                    "pride reduce_scatter: expected one input list of ", getSize(), " tensors");
+                    "pride reduce_scatter (rank ", getRank(), "): expected one input list of ", getSize(), " tensors");
   check_pieces(outputs[0], inputs[0], getRank(), "reduce_scatter", "input", "output");
   const ScalarType type = to_scalar_type(outputs[0].scalar_type(), "reduce_scatter");
   const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter");
@@ -331,9 +336,11 @@ intrusive_ptr<Work> PrideBackend::_reduce_scatter_base(at::Tensor& output, at::T
   StagingScope staging(*this, tensor_refs(output, input), "reduce_scatter_tensor");
   check_cpu_tensor(input, "reduce_scatter_tensor");
   check_cpu_tensor(output, "reduce_scatter_tensor");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride reduce_scatter_tensor: output dtype ",
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "pride reduce_scatter_tensor (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
-  TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(), "pride reduce_scatter_tensor: input has ",
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
+                    "pride reduce_scatter_tensor (rank ", getRank(), "): input has ",
                     input.numel(), " elements, expected ", output.numel() * getSize());
   const ScalarType type = to_scalar_type(input.scalar_type(), "reduce_scatter_tensor");
   const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter_tensor");
@@ -352,7 +359,8 @@ intrusive_ptr<Work> PrideBackend::_reduce_scatter_base(at::Tensor& output, at::T
 intrusive_ptr<Work> PrideBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                   std::vector<at::Tensor>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "pride reduce_scatter_tensor_coalesced: ", outputs.size(),
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                    "pride reduce_scatter_tensor_coalesced (rank ", getRank(), "): ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   intrusive_ptr<Work> last;
   for (size_t i = 0; i < inputs.size(); ++i) last = _reduce_scatter_base(outputs[i], inputs[i], opts);
@@ -366,29 +374,33 @@ intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& 
   StagingScope staging(*this, tensor_refs(output, input), "all_to_all_single");
   check_cpu_tensor(input, "all_to_all_single");
   check_cpu_tensor(output, "all_to_all_single");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "pride all_to_all_single: output dtype ",
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "pride all_to_all_single (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
   to_scalar_type(input.scalar_type(), "all_to_all_single");
   const int n = getSize();
   // Splits count rows of dim 0; empty splits mean equal parts (torch's rule).
-  auto to_bytes = [n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+  auto to_bytes = [this, n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
     const size_t row_bytes = rows == 0 ? 0 : nbytes(t) / size_t(rows);
     std::vector<size_t> bytes(static_cast<size_t>(n));
     if (splits.empty()) {
-      TORCH_CHECK_VALUE(rows % n == 0, "pride all_to_all_single: ", which, " dim 0 (", rows,
+      TORCH_CHECK_VALUE(rows % n == 0, "pride all_to_all_single (rank ", getRank(), "): ", which, " dim 0 (", rows,
                         ") is not divisible by the group size ", n);
       std::fill(bytes.begin(), bytes.end(), size_t(rows / n) * row_bytes);
     } else {
-      TORCH_CHECK_VALUE(int(splits.size()) == n, "pride all_to_all_single: ", which, " splits has ", splits.size(),
+      TORCH_CHECK_VALUE(int(splits.size()) == n,
+                        "pride all_to_all_single (rank ", getRank(), "): ", which, " splits has ", splits.size(),
                         " entries, the group has ", n, " ranks");
       int64_t total = 0;
       for (size_t i = 0; i < splits.size(); ++i) {
-        TORCH_CHECK_VALUE(splits[i] >= 0, "pride all_to_all_single: negative split");
+        TORCH_CHECK_VALUE(splits[i] >= 0, "pride all_to_all_single (rank ", getRank(), "): negative split");
         bytes[i] = size_t(splits[i]) * row_bytes;
         total += splits[i];
       }
-      TORCH_CHECK_VALUE(total == rows, "pride all_to_all_single: ", which, " splits sum to ", total, ", dim 0 is ", rows);
+      TORCH_CHECK_VALUE(total == rows,
+                        "pride all_to_all_single (rank ", getRank(), "): ", which, " splits sum to ", total,
+                        ", dim 0 is ", rows);
     }
     return bytes;
   };
@@ -410,7 +422,8 @@ intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std
   if (auto w = nccl_alltoall(outputs, inputs)) return w;
   StagingScope staging(*this, tensor_refs(outputs, inputs), "all_to_all");
   const int n = getSize();
-  TORCH_CHECK_VALUE(int(outputs.size()) == n && int(inputs.size()) == n, "pride all_to_all: expected ", n,
+  TORCH_CHECK_VALUE(int(outputs.size()) == n && int(inputs.size()) == n,
+                    "pride all_to_all (rank ", getRank(), "): expected ", n,
                     " input and output tensors, got ", inputs.size(), " and ", outputs.size());
   for (const auto& t : inputs) check_cpu_tensor(t, "all_to_all");
   for (const auto& t : outputs) check_cpu_tensor(t, "all_to_all");
@@ -419,7 +432,7 @@ intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std
   std::vector<size_t> send_bytes, recv_bytes;
   for (int r = 0; r < n; ++r) {
     TORCH_CHECK_TYPE(inputs[size_t(r)].scalar_type() == dtype && outputs[size_t(r)].scalar_type() == dtype,
-                     "pride all_to_all: all tensors must have dtype ", dtype);
+                     "pride all_to_all (rank ", getRank(), "): all tensors must have dtype ", dtype);
     send_bytes.push_back(nbytes(inputs[size_t(r)]));
     recv_bytes.push_back(nbytes(outputs[size_t(r)]));
   }

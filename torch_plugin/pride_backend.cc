@@ -82,7 +82,7 @@ struct PrideBackend::CudaStreams {};
 bool PrideBackend::cuda_supported() { return false; }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_cuda(at::Tensor& tensor, SignOptions) {
-  TORCH_CHECK_VALUE(false, "pride sign_allreduce: got a tensor on ", tensor.device(),
+  TORCH_CHECK_VALUE(false, "pride sign_allreduce (rank ", getRank(), "): got a tensor on ", tensor.device(),
                     ", but this build of pride has no CUDA support");
 }
 #endif
@@ -365,7 +365,7 @@ void PrideBackend::poll_in_flight() {
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const char* name, at::Tensor tensor,
                                                       int peer, int tag) {
-  TORCH_CHECK_VALUE(tag >= 0, "pride ", name, ": tag must be non-negative, got ", tag);
+  TORCH_CHECK_VALUE(tag >= 0, "pride ", name, " (rank ", getRank(), "): tag must be non-negative, got ", tag);
   const bool is_send = type == c10d::OpType::SEND;
   auto op = std::make_shared<InFlight>();
   std::shared_ptr<DeviceCompletion> device;
@@ -399,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const c
     }
     device = ordering;
 #else
-    TORCH_CHECK_VALUE(false, "pride ", name, ": got a tensor on ", tensor.device(),
+    TORCH_CHECK_VALUE(false, "pride ", name, " (rank ", getRank(), "): got a tensor on ", tensor.device(),
                       ", but this build of pride has no CUDA support");
 #endif
   } else {
@@ -473,11 +473,12 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_packed(const at::Ten
                                     : at::Tensor();
   StagingScope staging(*this, tensor_refs(packed_in, out), "sign_allreduce_packed");
   check_cpu_tensor(packed_in, "sign_allreduce_packed");
-  TORCH_CHECK_TYPE(packed_in.scalar_type() == at::kByte, "pride sign_allreduce_packed: expected a uint8 tensor, got ",
+  TORCH_CHECK_TYPE(packed_in.scalar_type() == at::kByte,
+                   "pride sign_allreduce_packed (rank ", getRank(), "): expected a uint8 tensor, got ",
                    packed_in.scalar_type());
   TORCH_CHECK_VALUE(numel >= 0 && packed_in.numel() == int64_t(bits::bytes_for(size_t(numel))),
-                    "pride sign_allreduce_packed: ", numel, " elements need ", bits::bytes_for(size_t(std::max<int64_t>(numel, 0))),
-                    " packed bytes, got ", packed_in.numel());
+                    "pride sign_allreduce_packed (rank ", getRank(), "): ", numel, " elements need ",
+                    bits::bytes_for(size_t(std::max<int64_t>(numel, 0))), " packed bytes, got ", packed_in.numel());
   at::Tensor in = packed_in.contiguous();
   return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce_packed", {out},
                  [in, out, numel, options](Communicator& comm, PrideWork&) {

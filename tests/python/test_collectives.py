@@ -104,6 +104,11 @@ def _allreduce_all(rank, world, store_path):
     # An op that is not defined for the dtype fails on the caller, before anything is sent.
     with pytest.raises(ValueError):
         dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+    # So do arguments that do not fit together, with the collective and the rank in the message.
+    with pytest.raises(ValueError, match=rf"pride all_gather_into_tensor \(rank {rank}\): output has"):
+        dist.all_gather_into_tensor(torch.empty(world * 3 + 1), torch.ones(3))
+    with pytest.raises(ValueError, match=rf"pride all_to_all_single \(rank {rank}\): input splits sum to"):
+        dist.all_to_all_single(torch.empty(world), torch.ones(world), input_split_sizes=[world + 1] + [0] * (world - 1))
     t = torch.ones(3)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((3,), float(world)))
