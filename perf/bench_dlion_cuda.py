@@ -206,6 +206,16 @@ def run_processes(ctx, out, args, world, ranks, store_path=None, barrier=None):
             pass
         reported = {r.get("rank") for r in rows}
         lost = [r for r, p in enumerate(procs) if not p.is_alive() and r not in reported]
+        if lost:  # a row put just before its process exited may still be on its way: read what came
+            try:
+                while True:
+                    rows.append(out.get(timeout=2.0))
+            except queue.Empty:
+                pass
+            reported = {r.get("rank") for r in rows}
+            lost = [r for r in lost if r not in reported]
+            if not lost:
+                continue
         if lost or time.monotonic() > deadline:
             for p in procs:
                 if p.is_alive():
