@@ -55,24 +55,23 @@ def synchronize(device):
 
 
 def time_steps(step, steps, warmup, device="cuda", start=None):
-    """Median ms of `steps` calls of step() after `warmup` ones; start(), when given, is called between
-    the two (the sharing baseline's processes wait there for each other)."""
+    """(median ms of `steps` calls of step() after `warmup` ones, (wall-clock start, end) of the timed
+    calls); start(), when given, is called between the two (the sharing baseline's processes wait
+    there for each other)."""
     for _ in range(warmup):
         step()
     synchronize(device)
     if start is not None:
         start()
     times = []
-    window = [time.time(), None]  # wall clock, comparable across processes: when the timed steps ran
+    began = time.time()  # wall clock, comparable across processes: when the timed steps ran
     for _ in range(steps):
         synchronize(device)
         t0 = time.perf_counter()
         step()
         synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
-    window[1] = time.time()
-    time_steps.last_window = tuple(window)
-    return statistics.median(times)
+    return statistics.median(times), (began, time.time())
 
 
 def copy_floor_ms(total_bytes, steps=10):
@@ -80,7 +79,7 @@ def copy_floor_ms(total_bytes, steps=10):
     n = 1 << 28
     a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
     b = torch.empty_like(a)
-    ms = time_steps(lambda: b.copy_(a), steps, 2)
+    ms, _ = time_steps(lambda: b.copy_(a), steps, 2)
     bandwidth = 2 * n / (ms * 1e-3)  # bytes read + written per second
     return 5 * total_bytes / bandwidth * 1e3, bandwidth / 1e9
 
@@ -108,8 +107,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
         torch.cuda.reset_peak_memory_stats()
     if world > 1:
         pride.reset_stats()
-    pride_ms = time_steps(opt.step, args.steps, args.warmup, args.device, start)
-    window = time_steps.last_window
+    pride_ms, window = time_steps(opt.step, args.steps, args.warmup, args.device, start)
     peak_growth = torch.cuda.max_memory_allocated() - before if on_cuda else 0
     if args.profile:  # every rank steps (they are collectives); rank 0 records
         profile_steps(opt.step, args.profile if rank == 0 else None, world)
@@ -129,7 +127,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
 
         ref_params = make_params(sizes, dtype, "cuda", seed=1)
         ref = Lion(ref_params, lr=1e-4, weight_decay=0.1, use_triton=True)
-        row["lion_pytorch_triton_ms"] = time_steps(ref.step, args.steps, args.warmup)
+        row["lion_pytorch_triton_ms"], _ = time_steps(ref.step, args.steps, args.warmup)
         row["ratio_to_triton"] = pride_ms / row["lion_pytorch_triton_ms"]
         floor, bandwidth = copy_floor_ms(param_bytes)
         row["hbm_floor_ms"] = floor

@@ -20,7 +20,6 @@ void check_launch(cudaError_t status, int rank, const char* what) {
               " failed: ", cudaGetErrorString(status));
 }
 
-at::Tensor pinned_words(size_t count) { return empty_words(count, word_options(at::kCPU, /*pinned=*/true)); }
 
 }  // namespace
 
@@ -69,9 +68,8 @@ void CudaOnebitOps::compress_worker(float scale, patterns::Range elements, uint6
     uint64_t* plane = device_words(plane_, nwords);
     check_launch(bits::cuda::compress_signs(x_, scale, numel_, plane, worker_error_, stream_), rank_,
                  "compress_signs");
-    if (!plane_host_.defined() || size_t(plane_host_.numel()) < nwords) plane_host_ = pinned_words(nwords);
-    C10_CUDA_CHECK(cudaMemcpyAsync(plane_host_.data_ptr<int64_t>(), plane, nwords * 8, cudaMemcpyDeviceToHost,
-                                   stream_));
+    ensure_words(plane_host_, nwords, word_options(at::kCPU, /*pinned=*/true));
+    C10_CUDA_CHECK(cudaMemcpyAsync(words_of(plane_host_), plane, nwords * 8, cudaMemcpyDeviceToHost, stream_));
     C10_CUDA_CHECK(cudaStreamSynchronize(stream_));
     worker_scale_ = scale;
     worker_signs_fetched_ = true;
