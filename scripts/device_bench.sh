@@ -69,24 +69,27 @@ if [ "$CPU_ONLY" = 1 ]; then
 fi
 # Ordered by what the issues' targets need first, so that a run cut short by its budget still brings
 # back the figures that decide them; each step has its own time limit, so one hang does not eat the rest.
+# Issue 14's NCCL target, met on every run so far (12.89-15.31x), comes after issue 13's open ones.
 run "$BUILD/perf/kernels/bench_cuda_kernels" -d float32
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --json "$RESULTS/dlion.jsonl"
+# N = 1 against Triton, then where its time goes: the profiler's tables over 3 more steps (kernels'
+# device time against the step's wall time; the trace stays on the machine, the tables are in the log).
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --profile /tmp/pride-n1-trace.json --json "$RESULTS/dlion.jsonl"
+# Issue 13's N = 4 row, with its two baselines timed first in the same run: the N = 1 step alone (the
+# target's 4 x N = 1) and four N = 1 steps at once without a group (what sharing the GPU costs alone).
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
+run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
+run "$BUILD/perf/kernels/bench_cuda_kernels" -d float16
+run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
 # Issue 14: sign-allreduce over NCCL against NCCL's fp32 allreduce, 4 ranks, 2^26 elements.
 run "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
 # The same with the results coded (N = 4's tie-capable vote as trits: 1.95 bits per element, not 2.25);
 # auto keeps planes where the ranks share one host, as here.
 run env PRIDE_RESULT_CODING=packed "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
-# Issue 13's N = 4 row, with its two baselines timed first in the same run: the N = 1 step alone (the
-# target's 4 x N = 1) and four N = 1 steps at once without a group (what sharing the GPU costs alone).
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --json "$RESULTS/dlion.jsonl"
-# The same in one bucket (350M fp32 is 1.3 GiB: two at the default): half the per-bucket waits, which
-# on a GPU that processes time-slice cost a slice each, against the overlap of packing and voting.
-# (--no-baseline: the line above timed the N = 1 step these compare with.)
+# The N = 4 step in one bucket (350M fp32 is 1.3 GiB: two at the default): half the per-bucket waits,
+# which on a GPU that processes time-slice cost a slice each, against the overlap of packing and
+# voting; and by host staging. (--no-baseline: the N = 4 line above timed the N = 1 step.)
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path device --bucket-mb 2048 --no-baseline --json "$RESULTS/dlion.jsonl"
 run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype float32 --world 4 --cuda-path host --no-baseline --json "$RESULTS/dlion.jsonl"
-run "$BUILD/perf/kernels/bench_cuda_kernels" -d bfloat16
-run "$BUILD/perf/kernels/bench_cuda_kernels" -d float16
-run "$PY" perf/bench_dlion_cuda.py --params "$PARAMS" --dtype bfloat16 --json "$RESULTS/dlion.jsonl"
 run env PRIDE_ALGO=allgather "$PY" perf/bench_vs_nccl.py --ranks 4 --log2-numel 26 --json "$RESULTS/vs_nccl.jsonl"
 # Issue 14's nccl-tests-style rows over NCCL, 4 KiB to 256 MiB.
 run "$PY" perf/bench_vs_nccl.py --ranks 4 -b 4K -e 256M -f 4 --iters 5 --warmup 1 --json "$RESULTS/vs_nccl_sweep.jsonl"

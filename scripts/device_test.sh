@@ -140,6 +140,8 @@ if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
   [ ${#PYTEST_KS[@]} -eq 0 ] && PYTEST_KS=("")
   [ -n "$WORKERS" ] || WORKERS=$(( JOBS / 4 > 1 ? JOBS / 4 : 1 ))
   run_no=0
+  memory_report="$RESULTS/memory-by-kind.txt"
+  rm -f "$memory_report"
   for k in "${PYTEST_KS[@]}"; do
     run_no=$((run_no + 1))
     log="$RESULTS/pytest.log"
@@ -153,7 +155,8 @@ if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
     [ -n "$k" ] && args+=(-k "$k")
     say "pytest ${args[*]}"
     phase_t=$(date +%s)
-    PYTHONUNBUFFERED=1 within "pytest${k:+ -k '$k'}" "$PY" -m pytest "${args[@]}" >"$log" 2>&1
+    # test_memory.py's table of memory growth by kind of call goes into the summary (below).
+    PYTHONUNBUFFERED=1 PRIDE_MEMORY_REPORT="$memory_report" within "pytest${k:+ -k '$k'}" "$PY" -m pytest "${args[@]}" >"$log" 2>&1
     rc=$?
     tail -3 "$log"
     grep -E "^(FAILED|ERROR) " "$log" | head -40 || true
@@ -161,6 +164,10 @@ if [ "$SUITE" = all ] || [ "$SUITE" = pytest ] || [ "$SUITE" = gpu ]; then
     grep -E "^(FAILED|ERROR) " "$log" | sed 's/^/  - /' >>"$summary" || true
     [ $rc -eq 0 ] || status=1
   done
+  if [ -s "$memory_report" ]; then
+    { echo "- memory growth by kind of call (test_memory.py):"; echo '```'; cat "$memory_report"; echo '```'; } >>"$summary"
+    rm -f "$memory_report"  # in the summary now: the device tool brings back 8 files at most
+  fi
 fi
 
 if [ "$BENCH" = 1 ]; then

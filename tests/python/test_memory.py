@@ -29,6 +29,12 @@ GROWTH_LIMIT_BYTES = ROUNDS * 1024
 # can fail), under the same calls, allocator and noise as the rank that is judged.
 CONTROL_LEAK_BYTES = 2048
 SIZES = (1, 63, 64, 1000, 4097, 65536 + 7)
+# Each kind of call alone: how many times, and the limit per call. A kind that keeps 1 KiB a call is
+# caught; growth spread thinly over every kind is the mixed run's to catch. Two runs here (2026-11-27,
+# CPU): every kind between -625 and +143 bytes a call, the control 2529-2570.
+CALLS_PER_KIND = 400
+KIND_LIMIT_BYTES = CALLS_PER_KIND * 1024
+CONTROL_KIND = "control (keeps its tensors)"
 
 
 def _resident_bytes():
@@ -41,7 +47,9 @@ def _resident_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_rank, device="cpu"):
+def _setup(rank, world, store_path, device):
+    """The group, a model and its optimizer, and the calls of one round by name: each takes the round's
+    index (sizes cycle through SIZES; point-to-point tags never repeat)."""
     import warnings
 
     import torch.distributed as dist
@@ -59,64 +67,137 @@ def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_ran
     opt = DistributedLion(model.parameters(), lr=1e-3)
     errors = {n: (torch.zeros(n, device=device), torch.zeros(pride.compressed_allreduce_server_numel(n), device=device))
               for n in SIZES}
-    kept = []  # the control's leak
     peer = (rank + 1) % world
 
-    def one_round(i):
-        n = SIZES[i % len(SIZES)]
-        x = torch.randn(n, device=device)
-        pride.sign_allreduce(x.clone(), mode="vote")
-        pride.sign_allreduce(x.clone(), mode="mean", votes="ternary")
-        dist.all_reduce(x)
-        dist.broadcast(x, src=i % world)
-        out = torch.empty(world * n, device=device)
+    def data(i):
+        return torch.randn(SIZES[i % len(SIZES)], device=device)
+
+    def gather_scatter(i):
+        x = data(i)
+        out = torch.empty(world * x.numel(), device=device)
         dist.all_gather_into_tensor(out, x)
         dist.reduce_scatter_tensor(x, out)
-        work = dist.all_reduce(x, async_op=True)
-        work.wait()
-        q = torch.randint(-2, 3, (n,), dtype=torch.int8, device=device)
-        pride.level_vote(q, 2)
-        pride.compressed_allreduce(x.clone(), *errors[n])
-        dist.all_to_all_single(torch.empty(world * n, device=device), out)
-        dist.reduce(x, dst=i % world)
-        if i % 3 == 0:
-            send = dist.isend(x, peer, tag=i)
-            recv = torch.empty_like(x)
-            dist.recv(recv, (rank - 1) % world, tag=i)
-            send.wait()
-        if i % 5 == 0:
-            dist.barrier()
+
+    def async_all_reduce(i):
+        dist.all_reduce(data(i), async_op=True).wait()
+
+    def all_to_all(i):
+        x = data(i)
+        dist.all_to_all_single(torch.empty(world * x.numel(), device=device), torch.randn(world * x.numel(), device=device))
+
+    def point_to_point(i):
+        x = data(i)
+        send = dist.isend(x, peer, tag=i)
+        recv = torch.empty_like(x)
+        dist.recv(recv, (rank - 1) % world, tag=i)
+        send.wait()
+
+    def optimizer_step(i):
         model.zero_grad()
         model(torch.randn(16, 64, device=device)).square().mean().backward()
         opt.step()
+
+    calls = {
+        "sign_allreduce vote": lambda i: pride.sign_allreduce(data(i), mode="vote"),
+        "sign_allreduce ternary mean": lambda i: pride.sign_allreduce(data(i), mode="mean", votes="ternary"),
+        "all_reduce": lambda i: dist.all_reduce(data(i)),
+        "broadcast": lambda i: dist.broadcast(data(i), src=i % world),
+        "all_gather + reduce_scatter": gather_scatter,
+        "all_reduce async": async_all_reduce,
+        "level_vote": lambda i: pride.level_vote(
+            torch.randint(-2, 3, (SIZES[i % len(SIZES)],), dtype=torch.int8, device=device), 2),
+        "compressed_allreduce": lambda i: pride.compressed_allreduce(data(i), *errors[SIZES[i % len(SIZES)]]),
+        "all_to_all_single": all_to_all,
+        "reduce": lambda i: dist.reduce(data(i), dst=i % world),
+        "isend + recv": point_to_point,
+        "barrier": lambda i: dist.barrier(),
+        "DistributedLion step": optimizer_step,
+    }
+    return calls
+
+
+def _held(on_cuda):
+    """Resident host memory (pinned staging included) and, on a GPU, the device memory torch's
+    allocator hands out (pride's device workspaces are torch tensors), not what it keeps cached."""
+    if on_cuda:
+        torch.cuda.synchronize()
+        # Staging twins come from torch's pinned host cache, which keeps freed blocks (rounded up to
+        # powers of two, resident): empty it, as malloc_trim does for the heap, so that a block cached
+        # once more after warm-up does not read as growth.
+        empty_host_cache = getattr(torch._C, "_host_emptyCache", None)
+        if empty_host_cache is not None:
+            empty_host_cache()
+    return _resident_bytes(), torch.cuda.memory_allocated() if on_cuda else 0
+
+
+def _mixed_round(calls, i):
+    """Every call once; point-to-point every third round, barrier every fifth (as a training loop's
+    occasional ones)."""
+    for name, call in calls.items():
+        if (name == "isend + recv" and i % 3) or (name == "barrier" and i % 5):
+            continue
+        call(i)
+
+
+def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_rank, device="cpu"):
+    import torch.distributed as dist
+
+    import pride
+
+    on_cuda = device == "cuda"
+    calls = _setup(rank, world, store_path, device)
+    kept = []  # the control's leak
+    for i in range(warmup):
+        _mixed_round(calls, i)
+    dist.barrier()
+    before = _held(on_cuda)
+    for i in range(warmup, warmup + rounds):
+        _mixed_round(calls, i)
         if rank == leaking_rank:
             # Written, so that its pages are resident whatever the allocator (torch.empty's may not be).
             kept.append(torch.ones(CONTROL_LEAK_BYTES // 4, device=device))
-
-    def held():
-        """Resident host memory (pinned staging included) and, on a GPU, the device memory torch's
-        allocator hands out (pride's device workspaces are torch tensors), not what it keeps cached."""
-        if on_cuda:
-            torch.cuda.synchronize()
-            # Staging twins come from torch's pinned host cache, which keeps freed blocks (rounded up to
-            # powers of two, resident): empty it, as malloc_trim does for the heap, so that a block cached
-            # once more after warm-up does not read as growth.
-            empty_host_cache = getattr(torch._C, "_host_emptyCache", None)
-            if empty_host_cache is not None:
-                empty_host_cache()
-        return _resident_bytes(), torch.cuda.memory_allocated() if on_cuda else 0
-
-    for i in range(warmup):
-        one_round(i)
     dist.barrier()
-    before = held()
-    for i in range(warmup, warmup + rounds):
-        one_round(i)
-    dist.barrier()
-    after = held()
+    after = _held(on_cuda)
     stats = pride.stats()
     with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
         f.write(f"{before[0]} {after[0]} {before[1]} {after[1]} {stats['collectives']}\n")
+    dist.destroy_process_group()
+
+
+def _by_kind_worker(rank, world, store_path, out_dir, warmup, calls_per_kind, device="cpu"):
+    """After the mixed warm-up, each kind of call alone, calls_per_kind times, memory read before and
+    after; then the control, which keeps CONTROL_LEAK_BYTES a call in host memory (and as much on the
+    device, on a GPU). One JSON row per kind, in order."""
+    import json
+
+    import torch.distributed as dist
+
+    on_cuda = device == "cuda"
+    calls = _setup(rank, world, store_path, device)
+    kept = []
+
+    def control(i):
+        kept.append(torch.ones(CONTROL_LEAK_BYTES // 4))
+        if on_cuda:
+            kept.append(torch.ones(CONTROL_LEAK_BYTES // 4, device=device))
+
+    for i in range(warmup):
+        _mixed_round(calls, i)
+    calls[CONTROL_KIND] = control
+    rows = []
+    i = warmup
+    for name, call in calls.items():
+        dist.barrier()
+        before = _held(on_cuda)
+        for _ in range(calls_per_kind):
+            call(i)
+            i += 1
+        dist.barrier()
+        after = _held(on_cuda)
+        rows.append(dict(kind=name, growth=after[0] - before[0], device_growth=after[1] - before[1],
+                         before=before[0]))
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(rows, f)
     dist.destroy_process_group()
 
 
@@ -197,3 +278,37 @@ def test_groups_created_and_destroyed_give_back_their_threads_descriptors_and_me
             f"rank {r}: after {groups} more groups made and destroyed, {threads1 - threads0} more threads "
             f"and {fds1 - fds0} more open descriptors")
         assert rss1 - rss0 < groups * 16 * 1024, f"rank {r}: resident memory grew by {(rss1 - rss0) >> 10} KiB"
+
+
+@pytest.mark.parametrize("device", [
+    "cpu",
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                    reason="no CUDA device on this machine")]),
+])
+def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device):
+    """Which call keeps memory, if one does: after the mixed warm-up each kind of call runs alone
+    CALLS_PER_KIND times on 2 ranks, with the resident memory (and on a GPU the device memory torch
+    allocates) read before and after, then the control, which keeps 2 KiB a call and must cross the
+    limit. The table of every kind is in the failure message, and written to PRIDE_MEMORY_REPORT when
+    that is set (the GPU machine's runs bring it back)."""
+    import json
+
+    harness.run(_by_kind_worker, 2, str(tmp_path), WARMUP_ROUNDS, CALLS_PER_KIND, device, deadline_s=240)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    lines = [f"{'kind of call':<32} " + " ".join(f"{'rank %d host B/call' % r:>20} {'device B/call':>13}" for r in range(2))]
+    for rows in zip(*ranks):
+        lines.append(f"{rows[0]['kind']:<32} " + " ".join(
+            f"{row['growth'] / CALLS_PER_KIND:>20.0f} {row['device_growth'] / CALLS_PER_KIND:>13.0f}" for row in rows))
+    table = f"{device}, {CALLS_PER_KIND} calls of each kind after {WARMUP_ROUNDS} mixed rounds\n" + "\n".join(lines)
+    if os.environ.get("PRIDE_MEMORY_REPORT"):
+        with open(os.environ["PRIDE_MEMORY_REPORT"], "a") as f:
+            f.write(table + "\n\n")
+    measured = ["growth"] + (["device_growth"] if device == "cuda" else [])
+    for rows in ranks:
+        control = rows[-1]
+        assert control["kind"] == CONTROL_KIND
+        for key in measured:  # the measurement can fail
+            assert control[key] >= KIND_LIMIT_BYTES, f"the control's {key} did not cross the limit\n{table}"
+        for row in rows[:-1]:
+            for key in measured:
+                assert row[key] < KIND_LIMIT_BYTES, f"{row['kind']}: {key} over the limit\n{table}"
