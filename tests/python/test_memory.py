@@ -4,10 +4,12 @@ LeakSanitizer (scripts/sanitize.sh) finds memory that nothing points to at exit;
 that stays reachable and keeps growing: a cache keyed by something that never repeats (sequence
 numbers, tags, sizes), requests or buffers kept per call, statistics appended to. This test runs the
 same mix of collectives and optimizer steps for many rounds, sizes cycling through a fixed set, and
-reads each process's resident memory (/proc/self/statm) after the first rounds and again at the end.
-Whatever pride caches per size must have been built by then; what remains is growth per call. A
-second rank makes the same calls and keeps a small buffer a round on purpose: the control, which the
-limit must catch. (Checked by hand too: pride's sign_allreduce made to keep 1.5 KB a call failed it.)
+reads each process's resident memory (/proc/self/statm) after the first rounds and then after each of
+a few windows of rounds. Whatever pride caches per size must have been built by then; what grows in
+every window is growth per call. A second rank makes the same calls and keeps a small buffer a round
+on purpose: the control, which the limit must catch. (Checked by hand too: pride's sign_allreduce
+made to keep 1.5 KB a call failed it.) A second test runs each kind of call alone, to name the one
+that keeps memory if one does.
 """
 
 import ctypes
@@ -24,7 +26,12 @@ import distributed_harness as harness
 # it. Without a leak the two ranks grew by 0.06-0.10 MiB over 300 such rounds here (2026-11-27).
 WARMUP_ROUNDS = 100
 ROUNDS = 600
-GROWTH_LIMIT_BYTES = ROUNDS * 1024
+# The rounds after warm-up are read in windows: a leak grows in every window, a one-off step (a pool
+# that takes one more chunk and keeps it: UCX's, glibc's, the CUDA driver's) in one. The median
+# window is judged; every reading is in the message. (On an H100 on 2026-11-27 the CUDA case grew by
+# 1.06 MiB between two readings 600 rounds apart, which cannot tell the two apart.)
+WINDOWS = 3
+WINDOW_LIMIT_BYTES = ROUNDS // WINDOWS * 1024
 # The control: one rank keeps this much more a round, which the limit must catch (so the measurement
 # can fail), under the same calls, allocator and noise as the rank that is judged.
 CONTROL_LEAK_BYTES = 2048
@@ -32,8 +39,8 @@ SIZES = (1, 63, 64, 1000, 4097, 65536 + 7)
 # Each kind of call alone: how many times, and the limit per call. A kind that keeps 1 KiB a call is
 # caught; growth spread thinly over every kind is the mixed run's to catch. Two runs here (2026-11-27,
 # CPU): every kind between -625 and +143 bytes a call, the control 2529-2570.
-CALLS_PER_KIND = 400
-KIND_LIMIT_BYTES = CALLS_PER_KIND * 1024
+CALLS_PER_KIND = 400  # in two halves, read apart: the smaller half is judged (a step shows in one)
+KIND_LIMIT_BYTES = CALLS_PER_KIND // 2 * 1024
 CONTROL_KIND = "control (keeps its tensors)"
 
 
@@ -140,6 +147,8 @@ def _mixed_round(calls, i):
 
 
 def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_rank, device="cpu"):
+    import json
+
     import torch.distributed as dist
 
     import pride
@@ -150,23 +159,26 @@ def _memory_worker(rank, world, store_path, out_dir, warmup, rounds, leaking_ran
     for i in range(warmup):
         _mixed_round(calls, i)
     dist.barrier()
-    before = _held(on_cuda)
-    for i in range(warmup, warmup + rounds):
-        _mixed_round(calls, i)
-        if rank == leaking_rank:
-            # Written, so that its pages are resident whatever the allocator (torch.empty's may not be).
-            kept.append(torch.ones(CONTROL_LEAK_BYTES // 4, device=device))
-    dist.barrier()
-    after = _held(on_cuda)
-    stats = pride.stats()
-    with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
-        f.write(f"{before[0]} {after[0]} {before[1]} {after[1]} {stats['collectives']}\n")
+    readings = [_held(on_cuda)]
+    i = warmup
+    for _ in range(WINDOWS):
+        for _ in range(rounds // WINDOWS):
+            _mixed_round(calls, i)
+            i += 1
+            if rank == leaking_rank:
+                # Written, so that its pages are resident whatever the allocator (torch.empty's may not be).
+                kept.append(torch.ones(CONTROL_LEAK_BYTES // 4, device=device))
+        dist.barrier()
+        readings.append(_held(on_cuda))
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(dict(host=[h for h, _ in readings], device=[d for _, d in readings],
+                       collectives=pride.stats()["collectives"]), f)
     dist.destroy_process_group()
 
 
 def _by_kind_worker(rank, world, store_path, out_dir, warmup, calls_per_kind, device="cpu"):
-    """After the mixed warm-up, each kind of call alone, calls_per_kind times, memory read before and
-    after; then the control, which keeps CONTROL_LEAK_BYTES a call in host memory (and as much on the
+    """After the mixed warm-up, each kind of call alone, calls_per_kind times, memory read before, half
+    way and after; then the control, which keeps CONTROL_LEAK_BYTES a call in host memory (and as much on the
     device, on a GPU). One JSON row per kind, in order."""
     import json
 
@@ -188,28 +200,21 @@ def _by_kind_worker(rank, world, store_path, out_dir, warmup, calls_per_kind, de
     i = warmup
     for name, call in calls.items():
         dist.barrier()
-        before = _held(on_cuda)
-        for _ in range(calls_per_kind):
-            call(i)
-            i += 1
-        dist.barrier()
-        after = _held(on_cuda)
-        rows.append(dict(kind=name, growth=after[0] - before[0], device_growth=after[1] - before[1],
-                         before=before[0]))
+        readings = [_held(on_cuda)]
+        for _ in range(2):
+            for _ in range(calls_per_kind // 2):
+                call(i)
+                i += 1
+            dist.barrier()
+            readings.append(_held(on_cuda))
+        rows.append(dict(kind=name, host=[h for h, _ in readings], device=[d for _, d in readings]))
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(rows, f)
     dist.destroy_process_group()
 
 
-def _growth(tmp_path, world, leaking_rank, warmup=WARMUP_ROUNDS, rounds=ROUNDS, device="cpu"):
-    harness.run(_memory_worker, world, str(tmp_path), warmup, rounds, leaking_rank, device, deadline_s=240)
-    rows = {}
-    for r in range(world):
-        before, after, device_before, device_after, collectives = (
-            int(v) for v in (tmp_path / f"rank{r}").read_text().split())
-        rows[r] = dict(before=before, after=after, growth=after - before, device_before=device_before,
-                       device_growth=device_after - device_before, collectives=collectives)
-    return rows
+def _windows(readings):
+    return [b - a for a, b in zip(readings, readings[1:])]
 
 
 @pytest.mark.parametrize("device", [
@@ -220,20 +225,22 @@ def _growth(tmp_path, world, leaking_rank, warmup=WARMUP_ROUNDS, rounds=ROUNDS, 
 def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path, device):
     """On CUDA tensors the same calls, the ranks sharing the GPU: resident host memory and the device
     memory torch allocates are both held to the limit; the control keeps its buffers on the device."""
-    rows = _growth(tmp_path, 2, leaking_rank=1, device=device)
-    for r, row in rows.items():
+    import json
+
+    harness.run(_memory_worker, 2, str(tmp_path), WARMUP_ROUNDS, ROUNDS, 1, device, deadline_s=240)
+    judged, control = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    for r, row in enumerate((judged, control)):
         assert row["collectives"] > 8 * ROUNDS, (r, row)  # the calls happened (pride counts them)
-    judged, control = rows[0], rows[1]
-    held = {"resident memory": ("growth", "before")}
-    if device == "cuda":
-        held["device memory allocated"] = ("device_growth", "device_before")
-    for where, (growth, start) in held.items():
-        assert judged[growth] < GROWTH_LIMIT_BYTES, (
-            f"rank 0: {where} grew by {judged[growth] / 2**20:.2f} MiB over {ROUNDS} rounds "
-            f"({judged[growth] / ROUNDS:.0f} bytes a round; from {judged[start] / 2**20:.1f} MiB)")
+    for where in ["host"] + (["device"] if device == "cuda" else []):
+        windows = _windows(judged[where])
+        assert sorted(windows)[WINDOWS // 2] < WINDOW_LIMIT_BYTES, (
+            f"rank 0: {where} memory grew by {[round(w / 1024) for w in windows]} KiB in windows of "
+            f"{ROUNDS // WINDOWS} rounds (from {judged[where][0] / 2**20:.1f} MiB); the limit is "
+            f"{WINDOW_LIMIT_BYTES >> 10} KiB a window")
     # The control rank made the same calls and kept CONTROL_LEAK_BYTES a round where its tensors live:
     # the limit sees that.
-    assert control["device_growth" if device == "cuda" else "growth"] >= GROWTH_LIMIT_BYTES, control
+    windows = _windows(control["device" if device == "cuda" else "host"])
+    assert sorted(windows)[WINDOWS // 2] >= WINDOW_LIMIT_BYTES, windows
 
 
 def _threads_and_descriptors():
@@ -295,20 +302,25 @@ def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device):
 
     harness.run(_by_kind_worker, 2, str(tmp_path), WARMUP_ROUNDS, CALLS_PER_KIND, device, deadline_s=240)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    lines = [f"{'kind of call':<32} " + " ".join(f"{'rank %d host B/call' % r:>20} {'device B/call':>13}" for r in range(2))]
+    measured = ["host"] + (["device"] if device == "cuda" else [])
+
+    def per_call(row, where):  # bytes a call in each half
+        return "/".join(f"{w / (CALLS_PER_KIND // 2):.0f}" for w in _windows(row[where]))
+
+    columns = [f"rank {r} {where} B/call" for r in range(2) for where in measured]
+    lines = [f"{'kind of call (halves: first/second)':<36}" + "".join(f"{c:>22}" for c in columns)]
     for rows in zip(*ranks):
-        lines.append(f"{rows[0]['kind']:<32} " + " ".join(
-            f"{row['growth'] / CALLS_PER_KIND:>20.0f} {row['device_growth'] / CALLS_PER_KIND:>13.0f}" for row in rows))
+        lines.append(f"{rows[0]['kind']:<36}" + "".join(f"{per_call(row, where):>22}" for row in rows
+                                                        for where in measured))
     table = f"{device}, {CALLS_PER_KIND} calls of each kind after {WARMUP_ROUNDS} mixed rounds\n" + "\n".join(lines)
     if os.environ.get("PRIDE_MEMORY_REPORT"):
         with open(os.environ["PRIDE_MEMORY_REPORT"], "a") as f:
             f.write(table + "\n\n")
-    measured = ["growth"] + (["device_growth"] if device == "cuda" else [])
     for rows in ranks:
         control = rows[-1]
         assert control["kind"] == CONTROL_KIND
-        for key in measured:  # the measurement can fail
-            assert control[key] >= KIND_LIMIT_BYTES, f"the control's {key} did not cross the limit\n{table}"
+        for where in measured:  # the measurement can fail
+            assert min(_windows(control[where])) >= KIND_LIMIT_BYTES, f"the control's {where} memory\n{table}"
         for row in rows[:-1]:
-            for key in measured:
-                assert row[key] < KIND_LIMIT_BYTES, f"{row['kind']}: {key} over the limit\n{table}"
+            for where in measured:
+                assert min(_windows(row[where])) < KIND_LIMIT_BYTES, f"{row['kind']}: {where} memory\n{table}"
