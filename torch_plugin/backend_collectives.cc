@@ -58,11 +58,11 @@ bool check_pieces(const at::Tensor& mine, const std::vector<at::Tensor>& pieces,
   const bool even = std::all_of(pieces.begin(), pieces.end(),
                                 [&](const at::Tensor& p) { return p.numel() == pieces.front().numel(); });
   if (even) {
-    check_same_type_and_size(mine, pieces, collective, piece);
+    check_same_type_and_size(mine, pieces, {collective, rank}, piece);
     return true;
   }
   for (const auto& p : pieces) {
-    check_cpu_tensor(p, collective);
+    check_cpu_tensor(p, {collective, rank});
     TORCH_CHECK_TYPE(p.scalar_type() == mine.scalar_type(), "pride ", collective, " (rank ", rank, "): ", piece,
                      " tensors must have dtype ", mine.scalar_type(), ", got ", p.scalar_type());
   }
@@ -80,10 +80,10 @@ intrusive_ptr<Work> PrideBackend::allreduce(std::vector<at::Tensor>& tensors, co
   }
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors[0], opts);
   StagingScope staging(*this, tensor_refs(tensors), "allreduce");
-  check_single_tensor(tensors, "allreduce");
+  check_single_tensor(tensors, {"allreduce", getRank()});
   at::Tensor t = tensors[0];
-  const ScalarType type = to_scalar_type(t.scalar_type(), "allreduce");
-  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "allreduce");
+  const ScalarType type = to_scalar_type(t.scalar_type(), {"allreduce", getRank()});
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, {"allreduce", getRank()});
   return enqueue(c10d::OpType::ALLREDUCE, "pride:allreduce", tensors, [t, type, op](Communicator& comm, PrideWork&) {
     Staged s(t);
     pride::allreduce(comm, s.data(), size_t(t.numel()), type, op);
@@ -99,15 +99,15 @@ intrusive_ptr<Work> PrideBackend::allreduce_coalesced(std::vector<at::Tensor>& t
   }
   StagingScope staging(*this, tensor_refs(tensors), "allreduce_coalesced");
   TORCH_CHECK_VALUE(!tensors.empty(), "pride allreduce_coalesced (rank ", getRank(), "): no tensors");
-  check_cpu_tensor(tensors[0], "allreduce_coalesced");
+  check_cpu_tensor(tensors[0], {"allreduce_coalesced", getRank()});
   for (const auto& t : tensors) {
-    check_cpu_tensor(t, "allreduce_coalesced");
+    check_cpu_tensor(t, {"allreduce_coalesced", getRank()});
     TORCH_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(),
                      "pride allreduce_coalesced (rank ", getRank(), "): tensors must share one dtype, got ",
                      tensors[0].scalar_type(), " and ", t.scalar_type());
   }
-  const ScalarType type = to_scalar_type(tensors[0].scalar_type(), "allreduce_coalesced");
-  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "allreduce_coalesced");
+  const ScalarType type = to_scalar_type(tensors[0].scalar_type(), {"allreduce_coalesced", getRank()});
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, {"allreduce_coalesced", getRank()});
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "pride:allreduce_coalesced", tensors,
                  [tensors, type, op](Communicator& comm, PrideWork&) mutable {
                    at::Tensor flat = flatten(tensors);  // one collective for the whole bucket
@@ -122,9 +122,9 @@ intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, co
     if (auto w = nccl_broadcast(tensors[0], int(opts.rootRank))) return w;
   }
   StagingScope staging(*this, tensor_refs(tensors), "broadcast");
-  check_single_tensor(tensors, "broadcast");
-  check_root(int(opts.rootRank), getSize(), "broadcast");
-  to_scalar_type(tensors[0].scalar_type(), "broadcast");
+  check_single_tensor(tensors, {"broadcast", getRank()});
+  check_root(int(opts.rootRank), getSize(), {"broadcast", getRank()});
+  to_scalar_type(tensors[0].scalar_type(), {"broadcast", getRank()});
   at::Tensor t = tensors[0];
   const int root = int(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "pride:broadcast", tensors, [t, root](Communicator& comm, PrideWork&) {
@@ -140,11 +140,11 @@ intrusive_ptr<Work> PrideBackend::reduce(std::vector<at::Tensor>& tensors, const
     if (auto w = nccl_reduce(tensors[0], opts.reduceOp, int(opts.rootRank))) return w;
   }
   StagingScope staging(*this, tensor_refs(tensors), "reduce");
-  check_single_tensor(tensors, "reduce");
-  check_root(int(opts.rootRank), getSize(), "reduce");
+  check_single_tensor(tensors, {"reduce", getRank()});
+  check_root(int(opts.rootRank), getSize(), {"reduce", getRank()});
   at::Tensor t = tensors[0];
-  const ScalarType type = to_scalar_type(t.scalar_type(), "reduce");
-  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce");
+  const ScalarType type = to_scalar_type(t.scalar_type(), {"reduce", getRank()});
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, {"reduce", getRank()});
   const int root = int(opts.rootRank);
   return enqueue(c10d::OpType::REDUCE, "pride:reduce", tensors, [t, type, op, root](Communicator& comm, PrideWork&) {
     // The engine may use non-root buffers as scratch; torch leaves them unspecified too, but keep
@@ -162,14 +162,14 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
     if (auto w = nccl_allgather(outputs[0], inputs[0])) return w;
   }
   StagingScope staging(*this, tensor_refs(outputs, inputs), "allgather");
-  check_single_tensor(inputs, "allgather");
+  check_single_tensor(inputs, {"allgather", getRank()});
   TORCH_CHECK_VALUE(outputs.size() == 1,
                     "pride allgather (rank ", getRank(), "): expected one output list, got ", outputs.size());
   TORCH_CHECK_VALUE(int(outputs[0].size()) == getSize(),
                     "pride allgather (rank ", getRank(), "): output list has ", outputs[0].size(),
                     " tensors, the group has ", getSize(), " ranks");
   const bool even = check_pieces(inputs[0], outputs[0], getRank(), "allgather", "output", "input");
-  to_scalar_type(inputs[0].scalar_type(), "allgather");
+  to_scalar_type(inputs[0].scalar_type(), {"allgather", getRank()});
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
   return enqueue(c10d::OpType::ALLGATHER, "pride:allgather", outs,
@@ -196,15 +196,15 @@ intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor
                                                   const c10d::AllgatherOptions&) {
   if (auto w = nccl_allgather_base(output, input)) return w;
   StagingScope staging(*this, tensor_refs(output, input), "all_gather_into_tensor");
-  check_cpu_tensor(input, "all_gather_into_tensor");
-  check_cpu_tensor(output, "all_gather_into_tensor");
+  check_cpu_tensor(input, {"all_gather_into_tensor", getRank()});
+  check_cpu_tensor(output, {"all_gather_into_tensor", getRank()});
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "pride all_gather_into_tensor (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
   TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
                     "pride all_gather_into_tensor (rank ", getRank(), "): output has ",
                     output.numel(), " elements, expected ", input.numel() * getSize());
-  to_scalar_type(input.scalar_type(), "all_gather_into_tensor");
+  to_scalar_type(input.scalar_type(), {"all_gather_into_tensor", getRank()});
   at::Tensor in = input, out = output;
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "pride:all_gather_into_tensor", {out},
                  [in, out](Communicator& comm, PrideWork&) {
@@ -251,15 +251,15 @@ intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& o
                                          const c10d::GatherOptions& opts) {
   if (auto w = nccl_gather(outputs, inputs, int(opts.rootRank))) return w;
   StagingScope staging(*this, tensor_refs(outputs, inputs), "gather");
-  check_single_tensor(inputs, "gather");
+  check_single_tensor(inputs, {"gather", getRank()});
   const int root = int(opts.rootRank);
-  check_root(root, getSize(), "gather");
-  to_scalar_type(inputs[0].scalar_type(), "gather");
+  check_root(root, getSize(), {"gather", getRank()});
+  to_scalar_type(inputs[0].scalar_type(), {"gather", getRank()});
   std::vector<at::Tensor> outs;
   if (getRank() == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && int(outputs[0].size()) == getSize(),
                       "pride gather (rank ", getRank(), "): the root needs one output list of ", getSize(), " tensors");
-    check_same_type_and_size(inputs[0], outputs[0], "gather", "output");
+    check_same_type_and_size(inputs[0], outputs[0], {"gather", getRank()}, "output");
     outs = outputs[0];
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
@@ -279,15 +279,15 @@ intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std:
                                           const c10d::ScatterOptions& opts) {
   if (auto w = nccl_scatter(outputs, inputs, int(opts.rootRank))) return w;
   StagingScope staging(*this, tensor_refs(outputs, inputs), "scatter");
-  check_single_tensor(outputs, "scatter");
+  check_single_tensor(outputs, {"scatter", getRank()});
   const int root = int(opts.rootRank);
-  check_root(root, getSize(), "scatter");
-  to_scalar_type(outputs[0].scalar_type(), "scatter");
+  check_root(root, getSize(), {"scatter", getRank()});
+  to_scalar_type(outputs[0].scalar_type(), {"scatter", getRank()});
   std::vector<at::Tensor> ins;
   if (getRank() == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
                       "pride scatter (rank ", getRank(), "): the root needs one input list of ", getSize(), " tensors");
-    check_same_type_and_size(outputs[0], inputs[0], "scatter", "input");
+    check_same_type_and_size(outputs[0], inputs[0], {"scatter", getRank()}, "input");
     ins = inputs[0];
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
@@ -310,12 +310,12 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter(std::vector<at::Tensor>& output
     if (auto w = nccl_reduce_scatter(outputs[0], inputs[0], opts.reduceOp)) return w;
   }
   StagingScope staging(*this, tensor_refs(outputs, inputs), "reduce_scatter");
-  check_single_tensor(outputs, "reduce_scatter");
+  check_single_tensor(outputs, {"reduce_scatter", getRank()});
   TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
                     "pride reduce_scatter (rank ", getRank(), "): expected one input list of ", getSize(), " tensors");
   check_pieces(outputs[0], inputs[0], getRank(), "reduce_scatter", "input", "output");
-  const ScalarType type = to_scalar_type(outputs[0].scalar_type(), "reduce_scatter");
-  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter");
+  const ScalarType type = to_scalar_type(outputs[0].scalar_type(), {"reduce_scatter", getRank()});
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, {"reduce_scatter", getRank()});
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = inputs[0];
   return enqueue(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", outputs,
@@ -334,16 +334,16 @@ intrusive_ptr<Work> PrideBackend::_reduce_scatter_base(at::Tensor& output, at::T
                                                        const c10d::ReduceScatterOptions& opts) {
   if (auto w = nccl_reduce_scatter_base(output, input, opts.reduceOp)) return w;
   StagingScope staging(*this, tensor_refs(output, input), "reduce_scatter_tensor");
-  check_cpu_tensor(input, "reduce_scatter_tensor");
-  check_cpu_tensor(output, "reduce_scatter_tensor");
+  check_cpu_tensor(input, {"reduce_scatter_tensor", getRank()});
+  check_cpu_tensor(output, {"reduce_scatter_tensor", getRank()});
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "pride reduce_scatter_tensor (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
   TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
                     "pride reduce_scatter_tensor (rank ", getRank(), "): input has ",
                     input.numel(), " elements, expected ", output.numel() * getSize());
-  const ScalarType type = to_scalar_type(input.scalar_type(), "reduce_scatter_tensor");
-  const ReduceOp op = to_reduce_op(opts.reduceOp, type, "reduce_scatter_tensor");
+  const ScalarType type = to_scalar_type(input.scalar_type(), {"reduce_scatter_tensor", getRank()});
+  const ReduceOp op = to_reduce_op(opts.reduceOp, type, {"reduce_scatter_tensor", getRank()});
   at::Tensor in = input, out = output;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "pride:reduce_scatter_tensor", {out},
                  [in, out, type, op](Communicator& comm, PrideWork&) {
@@ -372,12 +372,12 @@ intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& 
                                                 const c10d::AllToAllOptions&) {
   if (auto w = nccl_alltoall_base(output, input, output_splits, input_splits)) return w;
   StagingScope staging(*this, tensor_refs(output, input), "all_to_all_single");
-  check_cpu_tensor(input, "all_to_all_single");
-  check_cpu_tensor(output, "all_to_all_single");
+  check_cpu_tensor(input, {"all_to_all_single", getRank()});
+  check_cpu_tensor(output, {"all_to_all_single", getRank()});
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "pride all_to_all_single (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
-  to_scalar_type(input.scalar_type(), "all_to_all_single");
+  to_scalar_type(input.scalar_type(), {"all_to_all_single", getRank()});
   const int n = getSize();
   // Splits count rows of dim 0; empty splits mean equal parts (torch's rule).
   auto to_bytes = [this, n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
@@ -425,10 +425,10 @@ intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std
   TORCH_CHECK_VALUE(int(outputs.size()) == n && int(inputs.size()) == n,
                     "pride all_to_all (rank ", getRank(), "): expected ", n,
                     " input and output tensors, got ", inputs.size(), " and ", outputs.size());
-  for (const auto& t : inputs) check_cpu_tensor(t, "all_to_all");
-  for (const auto& t : outputs) check_cpu_tensor(t, "all_to_all");
+  for (const auto& t : inputs) check_cpu_tensor(t, {"all_to_all", getRank()});
+  for (const auto& t : outputs) check_cpu_tensor(t, {"all_to_all", getRank()});
   const auto dtype = inputs[0].scalar_type();
-  to_scalar_type(dtype, "all_to_all");
+  to_scalar_type(dtype, {"all_to_all", getRank()});
   std::vector<size_t> send_bytes, recv_bytes;
   for (int r = 0; r < n; ++r) {
     TORCH_CHECK_TYPE(inputs[size_t(r)].scalar_type() == dtype && outputs[size_t(r)].scalar_type() == dtype,

@@ -424,37 +424,37 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const c
 }
 
 // One dense tensor, on the CPU or (built with CUDA) a CUDA device: post_p2p stages CUDA tensors.
-void check_p2p_tensor(const std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, "pride ", what, ": expected exactly one tensor, got ", tensors.size());
+void check_p2p_tensor(const std::vector<at::Tensor>& tensors, CallSite site) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "pride ", site, ": expected exactly one tensor, got ", tensors.size());
   const at::Tensor& t = tensors[0];
   if (t.defined() && t.is_cuda()) {
-    TORCH_CHECK_VALUE(t.layout() == at::kStrided, "pride ", what, ": expected a dense tensor, got layout ", t.layout());
+    TORCH_CHECK_VALUE(t.layout() == at::kStrided, "pride ", site, ": expected a dense tensor, got layout ", t.layout());
     return;
   }
-  check_cpu_tensor(t, what);
+  check_cpu_tensor(t, site);
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  check_p2p_tensor(tensors, "send");
-  check_root(dst, getSize(), "send");
+  check_p2p_tensor(tensors, {"send", getRank()});
+  check_root(dst, getSize(), {"send", getRank()});
   return post_p2p(c10d::OpType::SEND, "send", tensors[0], dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  check_p2p_tensor(tensors, "recv");
-  check_root(src, getSize(), "recv");
+  check_p2p_tensor(tensors, {"recv", getRank()});
+  check_root(src, getSize(), {"recv", getRank()});
   return post_p2p(c10d::OpType::RECV, "recv", tensors[0], src, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  check_p2p_tensor(tensors, "recv");
+  check_p2p_tensor(tensors, {"recv", getRank()});
   return post_p2p(c10d::OpType::RECVANYSOURCE, "recv", tensors[0], Transport::kAnyPeer, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce(at::Tensor& tensor, SignOptions options) {
   if (tensor.defined() && tensor.is_cuda()) return sign_allreduce_cuda(tensor, options);
-  check_cpu_tensor(tensor, "sign_allreduce");
-  const bits::DType dtype = to_sign_dtype(tensor.scalar_type(), "sign_allreduce");
+  check_cpu_tensor(tensor, {"sign_allreduce", getRank()});
+  const bits::DType dtype = to_sign_dtype(tensor.scalar_type(), {"sign_allreduce", getRank()});
   return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce", {tensor},
                  [tensor, dtype, options](Communicator& comm, PrideWork&) {
                    at::Tensor buf = tensor.is_contiguous() ? tensor : tensor.contiguous();
@@ -472,7 +472,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_packed(const at::Ten
                                                 packed.options().dtype(options.mode == SignMode::kVote ? at::kChar : at::kFloat))
                                     : at::Tensor();
   StagingScope staging(*this, tensor_refs(packed_in, out), "sign_allreduce_packed");
-  check_cpu_tensor(packed_in, "sign_allreduce_packed");
+  check_cpu_tensor(packed_in, {"sign_allreduce_packed", getRank()});
   TORCH_CHECK_TYPE(packed_in.scalar_type() == at::kByte,
                    "pride sign_allreduce_packed (rank ", getRank(), "): expected a uint8 tensor, got ",
                    packed_in.scalar_type());

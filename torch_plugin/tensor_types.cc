@@ -4,7 +4,13 @@
 
 namespace pride::torch_plugin {
 
-ScalarType to_scalar_type(at::ScalarType type, const char* collective) {
+std::ostream& operator<<(std::ostream& out, const CallSite& site) {
+  out << site.collective;
+  if (site.rank >= 0) out << " (rank " << site.rank << ")";
+  return out;
+}
+
+ScalarType to_scalar_type(at::ScalarType type, CallSite site) {
   switch (type) {
     case at::kBool: return ScalarType::kBool;
     case at::kByte: return ScalarType::kUInt8;
@@ -23,20 +29,20 @@ ScalarType to_scalar_type(at::ScalarType type, const char* collective) {
     case at::kComplexDouble: return ScalarType::kComplex128;
     default: break;
   }
-  TORCH_CHECK_TYPE(false, "pride ", collective, ": unsupported dtype ", type);
+  TORCH_CHECK_TYPE(false, "pride ", site, ": unsupported dtype ", type);
 }
 
-bits::DType to_sign_dtype(at::ScalarType type, const char* collective) {
+bits::DType to_sign_dtype(at::ScalarType type, CallSite site) {
   switch (type) {
     case at::kFloat: return bits::DType::kFloat32;
     case at::kBFloat16: return bits::DType::kBFloat16;
     case at::kHalf: return bits::DType::kFloat16;
     default: break;
   }
-  TORCH_CHECK_TYPE(false, "pride ", collective, ": expected a float32, bfloat16 or float16 tensor, got ", type);
+  TORCH_CHECK_TYPE(false, "pride ", site, ": expected a float32, bfloat16 or float16 tensor, got ", type);
 }
 
-ReduceOp to_reduce_op(const c10d::ReduceOp& op, ScalarType type, const char* collective) {
+ReduceOp to_reduce_op(const c10d::ReduceOp& op, ScalarType type, CallSite site) {
   ReduceOp mapped;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: mapped = ReduceOp::kSum; break;
@@ -47,42 +53,42 @@ ReduceOp to_reduce_op(const c10d::ReduceOp& op, ScalarType type, const char* col
     case c10d::ReduceOp::BAND: mapped = ReduceOp::kBand; break;
     case c10d::ReduceOp::BOR: mapped = ReduceOp::kBor; break;
     case c10d::ReduceOp::BXOR: mapped = ReduceOp::kBxor; break;
-    default: TORCH_CHECK_VALUE(false, "pride ", collective, ": unsupported reduce op ", int(op.op_));
+    default: TORCH_CHECK_VALUE(false, "pride ", site, ": unsupported reduce op ", int(op.op_));
   }
   try {
     check_reduce_op(mapped, type);
   } catch (const std::exception& e) {
-    TORCH_CHECK_VALUE(false, "pride ", collective, ": ", e.what());
+    TORCH_CHECK_VALUE(false, "pride ", site, ": ", e.what());
   }
   return mapped;
 }
 
-void check_cpu_tensor(const at::Tensor& t, const char* collective) {
-  TORCH_CHECK_VALUE(t.defined(), "pride ", collective, ": undefined tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "pride ", collective, ": expected a CPU tensor, got one on ", t.device(),
+void check_cpu_tensor(const at::Tensor& t, CallSite site) {
+  TORCH_CHECK_VALUE(t.defined(), "pride ", site, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "pride ", site, ": expected a CPU tensor, got one on ", t.device(),
                     " (this build of pride handles CPU tensors; use a \"cpu:pride,cuda:nccl\" group for GPUs)");
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "pride ", collective, ": expected a dense tensor, got layout ",
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "pride ", site, ": expected a dense tensor, got layout ",
                     t.layout());
 }
 
-void check_single_tensor(const std::vector<at::Tensor>& tensors, const char* collective) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, "pride ", collective, ": expected exactly one tensor, got ", tensors.size());
-  check_cpu_tensor(tensors[0], collective);
+void check_single_tensor(const std::vector<at::Tensor>& tensors, CallSite site) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "pride ", site, ": expected exactly one tensor, got ", tensors.size());
+  check_cpu_tensor(tensors[0], site);
 }
 
 void check_same_type_and_size(const at::Tensor& reference, const std::vector<at::Tensor>& tensors,
-                              const char* collective, const char* what) {
+                              CallSite site, const char* what) {
   for (const auto& t : tensors) {
-    check_cpu_tensor(t, collective);
-    TORCH_CHECK_TYPE(t.scalar_type() == reference.scalar_type(), "pride ", collective, ": ", what,
+    check_cpu_tensor(t, site);
+    TORCH_CHECK_TYPE(t.scalar_type() == reference.scalar_type(), "pride ", site, ": ", what,
                      " tensors must have dtype ", reference.scalar_type(), ", got ", t.scalar_type());
-    TORCH_CHECK_VALUE(t.numel() == reference.numel(), "pride ", collective, ": ", what, " tensors must have ",
+    TORCH_CHECK_VALUE(t.numel() == reference.numel(), "pride ", site, ": ", what, " tensors must have ",
                       reference.numel(), " elements, got ", t.numel());
   }
 }
 
-void check_root(int root, int size, const char* collective) {
-  TORCH_CHECK_VALUE(root >= 0 && root < size, "pride ", collective, ": root rank ", root, " is not in [0, ", size, ")");
+void check_root(int root, int size, CallSite site) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, "pride ", site, ": root rank ", root, " is not in [0, ", size, ")");
 }
 
 size_t nbytes(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }

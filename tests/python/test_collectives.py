@@ -102,7 +102,7 @@ def _allreduce_all(rank, world, store_path):
                     lambda: oracle_reduce([make(r, dtype, n, salt=n) for r in range(world)], name))
                 same(mine, result, f"allreduce {dtype} {name} n={n} vs {source}")
     # An op that is not defined for the dtype fails on the caller, before anything is sent.
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=rf"pride allreduce \(rank {rank}\): "):
         dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
     # So do arguments that do not fit together, with the collective and the rank in the message.
     with pytest.raises(ValueError, match=rf"pride all_gather_into_tensor \(rank {rank}\): output has"):
