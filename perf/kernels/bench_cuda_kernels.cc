@@ -10,6 +10,8 @@
 //               header's copy), which counts each copied byte twice (read and written) the same way.
 //   vs same-size = the same against a copy of half the kernel's bytes (as many read + written bytes as
 //               the kernel moves), timed right after it: the target's "same-size copy".
+// The *_slices rows run DistributedLion's two halves as its step does: the same n elements laid out as
+// 100 tensors of a model's varied sizes, one launch over all their slices (bytes: as the rows above).
 // The coded-result rows (encode/decode of counts and trits) have no SPEC target; they say what coding
 // costs next to the wire it saves.
 #include <CLI/CLI.hpp>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/bits/levels.h"
 #include "collectives/bits/trit_coding.h"
 
@@ -74,6 +77,50 @@ void* device_random(size_t bytes) {
   }
   check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload");
   return p;
+}
+
+// The same n elements as DistributedLion lays out a model's tensors (perf/bench_dlion_cuda.py's sizes:
+// a few large, many small; each tensor on a 64-element word, cut into slices of kSliceElements), as
+// the device table of (g, m) slices (`lion`) and of x slices (`apply`).
+struct SliceTables {
+  cuda::TensorSlice* lion = nullptr;
+  cuda::TensorSlice* apply = nullptr;
+  size_t count = 0;
+};
+
+SliceTables model_slices(size_t n, size_t tensors, size_t element_size, const void* g, void* m, void* x) {
+  std::vector<double> weights(tensors);
+  uint64_t s = 0x853C49E6748FEA9Bull;
+  double sum = 0;
+  for (double& w : weights) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const double u = double(s >> 11) / double(uint64_t(1) << 53);
+    w = u * u * u + 0.01;
+    sum += w;
+  }
+  const size_t usable = n - tensors * 64;  // room for every tensor's padding to its word
+  std::vector<cuda::TensorSlice> lion, apply;
+  size_t flat = 0;
+  for (double w : weights) {
+    const size_t numel = std::max<size_t>(1, size_t(w / sum * double(usable)));
+    for (size_t at = 0; at < numel; at += cuda::kSliceElements) {
+      const uint32_t count = uint32_t(std::min<size_t>(cuda::kSliceElements, numel - at));
+      const size_t offset = (flat + at) * element_size;
+      const uint64_t word = (flat + at) / 64;
+      lion.push_back({static_cast<const char*>(g) + offset, static_cast<char*>(m) + offset, word, count, 1u});
+      apply.push_back({nullptr, static_cast<char*>(x) + offset, word, count, 1u});
+    }
+    flat += (numel + 63) / 64 * 64;
+  }
+  SliceTables t;
+  t.count = lion.size();
+  check(cudaMalloc(reinterpret_cast<void**>(&t.lion), lion.size() * sizeof(cuda::TensorSlice)), "cudaMalloc");
+  check(cudaMalloc(reinterpret_cast<void**>(&t.apply), apply.size() * sizeof(cuda::TensorSlice)), "cudaMalloc");
+  check(cudaMemcpy(t.lion, lion.data(), lion.size() * sizeof(cuda::TensorSlice), cudaMemcpyHostToDevice), "upload");
+  check(cudaMemcpy(t.apply, apply.data(), apply.size() * sizeof(cuda::TensorSlice), cudaMemcpyHostToDevice), "upload");
+  return t;
 }
 
 }  // namespace
@@ -136,6 +183,10 @@ int main(int argc, char** argv) {
   }
   auto* levels = static_cast<uint64_t*>(device_random(size_t(level_planes) * plane_bytes));
   auto* out_of_range = static_cast<uint32_t*>(device_random(8));
+  // DistributedLion's two halves as its step launches them: over 100 tensors' slices in one launch each
+  // (the rows beside the whole-tensor ones say what the slicing costs; 100 tensors need n >= 6400).
+  const size_t model_tensors = 100;
+  const SliceTables slices = n >= 2 * model_tensors * 64 ? model_slices(n, model_tensors, es, x, m, y) : SliceTables{};
 
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "properties");
@@ -179,6 +230,14 @@ int main(int argc, char** argv) {
       {"decode_trits", 2.0 * double(coded_words) * 8 + double(trit_bytes),
        [&] { return cuda::decode_trits(trits, coded_words, pos, tie, nullptr); }},
   };
+  if (slices.count > 0) {  // after the whole-tensor Lion rows
+    const auto after = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "lion_vote (ternary)"; });
+    rows.insert(after + 1,
+                {{"lion_vote_slices (ternary)", 3 * tb + 2 * pb,
+                  [&] { return cuda::lion_vote_slices(slices.lion, slices.count, dtype, 0.9, 0.99, pos, neg, nullptr); }},
+                 {"apply_vote_slices (+tie)", 2 * tb + 2 * pb,
+                  [&] { return cuda::apply_vote_slices(slices.apply, slices.count, dtype, pos, tie, 1e-4, 0.1, nullptr); }}});
+  }
   // Copy buffers for the largest kernel's bytes (half of them copied: read + written).
   double largest = 0;
   for (const Row& r : rows) largest = std::max(largest, r.bytes);
