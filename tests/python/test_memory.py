@@ -287,12 +287,17 @@ def test_groups_created_and_destroyed_give_back_their_threads_descriptors_and_me
         assert rss1 - rss0 < groups * 16 * 1024, f"rank {r}: resident memory grew by {(rss1 - rss0) >> 10} KiB"
 
 
-@pytest.mark.parametrize("device", [
-    "cpu",
-    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                    reason="no CUDA device on this machine")]),
+_ON_A_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")]
+
+
+@pytest.mark.parametrize("device,cuda_path", [
+    ("cpu", None),
+    pytest.param("cuda", None, marks=_ON_A_GPU, id="cuda"),
+    # The same with the packed bits through pinned host memory instead of device memory over UCX
+    # cuda_ipc: whether growth on the GPU comes with UCX's device-memory registrations and mappings.
+    pytest.param("cuda", "host", marks=_ON_A_GPU, id="cuda-host-staging"),
 ])
-def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device):
+def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device, cuda_path):
     """Which call keeps memory, if one does: after the mixed warm-up each kind of call runs alone
     CALLS_PER_KIND times on 2 ranks, with the resident memory (and on a GPU the device memory torch
     allocates) read before and after, then the control, which keeps 2 KiB a call and must cross the
@@ -300,7 +305,8 @@ def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device):
     that is set (the GPU machine's runs bring it back)."""
     import json
 
-    harness.run(_by_kind_worker, 2, str(tmp_path), WARMUP_ROUNDS, CALLS_PER_KIND, device, deadline_s=240)
+    harness.run(_by_kind_worker, 2, str(tmp_path), WARMUP_ROUNDS, CALLS_PER_KIND, device, deadline_s=240,
+                env={"PRIDE_CUDA_PATH": cuda_path} if cuda_path else None)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     measured = ["host"] + (["device"] if device == "cuda" else [])
 
@@ -312,7 +318,7 @@ def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device):
     for rows in zip(*ranks):
         lines.append(f"{rows[0]['kind']:<36}" + "".join(f"{per_call(row, where):>22}" for row in rows
                                                         for where in measured))
-    table = f"{device}, {CALLS_PER_KIND} calls of each kind after {WARMUP_ROUNDS} mixed rounds\n" + "\n".join(lines)
+    table = f"{device}{', PRIDE_CUDA_PATH=' + cuda_path if cuda_path else ''}, {CALLS_PER_KIND} calls of each kind after {WARMUP_ROUNDS} mixed rounds\n" + "\n".join(lines)
     if os.environ.get("PRIDE_MEMORY_REPORT"):
         with open(os.environ["PRIDE_MEMORY_REPORT"], "a") as f:
             f.write(table + "\n\n")
