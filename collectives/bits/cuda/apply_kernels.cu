@@ -3,6 +3,7 @@
 #include "collectives/bits/cuda/device_elements.cuh"
 #include "collectives/bits/cuda/element_math.cuh"
 #include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/cuda/slice_pieces.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 
 namespace pride::bits::cuda {
@@ -55,13 +56,13 @@ struct MeanDelta {
   }
 };
 
+// Vectors of E elements [first_vec, end_vec) of the range of elements [0, n).
 template <class Tr, class Delta>
 __device__ void apply_range(typename Tr::T* x, size_t n, bool aligned, const Delta& d, const ApplyArgs& a,
-                            size_t thread, size_t nthreads) {
+                            size_t first_vec, size_t end_vec, size_t thread, size_t nthreads) {
   using T = typename Tr::T;
   constexpr int E = kVec<T>;
-  const size_t nvec = (n + E - 1) / E;
-  for (size_t i = thread; i < nvec; i += nthreads) {
+  for (size_t i = first_vec + thread; i < end_vec; i += nthreads) {
     const size_t first = i * E;
     T v[E];
     float delta[E];
@@ -79,17 +80,20 @@ extern __shared__ __align__(16) float delta_table[];
 template <class Tr, class Delta>
 __global__ void apply_kernel(typename Tr::T* x, size_t n, bool aligned, Delta d, ApplyArgs a) {
   const Delta delta = d.with_table(delta_table);
-  apply_range<Tr>(x, n, aligned, delta, a, size_t{blockIdx.x} * blockDim.x + threadIdx.x,
-                  size_t{gridDim.x} * blockDim.x);
+  apply_range<Tr>(x, n, aligned, delta, a, 0, (n + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>,
+                  size_t{blockIdx.x} * blockDim.x + threadIdx.x, size_t{gridDim.x} * blockDim.x);
 }
 
 template <class Tr, class Delta>
 __global__ void apply_slices_kernel(const TensorSlice* slices, size_t nslices, Delta d, ApplyArgs a) {
   const Delta delta = d.with_table(delta_table);
-  for (size_t s = blockIdx.x; s < nslices; s += gridDim.x) {
-    const TensorSlice sl = slices[s];
+  constexpr int E = kVec<typename Tr::T>;
+  for (size_t k = blockIdx.x; k < nslices * kSlicePieces; k += gridDim.x) {  // pieces in turn (slice_pieces.h)
+    const TensorSlice sl = slices[k / kSlicePieces];
+    size_t first = 0, end = 0;
+    piece_range((sl.count + E - 1) / E, uint32_t(k % kSlicePieces), kSlicePieces, first, end);
     apply_range<Tr>(static_cast<typename Tr::T*>(sl.inout), sl.count, sl.aligned != 0, delta.offset(sl.word), a,
-                    threadIdx.x, blockDim.x);
+                    first, end, threadIdx.x, blockDim.x);
   }
 }
 
@@ -110,7 +114,7 @@ cudaError_t launch(void* x, size_t n, const Delta& d, double lr, double wd, cuda
 template <class Tr, class Delta>
 cudaError_t launch_slices(const TensorSlice* slices, size_t nslices, const Delta& d, double lr, double wd,
                           cudaStream_t stream) {
-  apply_slices_kernel<Tr><<<grid_for(nslices * kThreads), kThreads, d.table_bytes(), stream>>>(
+  apply_slices_kernel<Tr><<<grid_for(nslices * kSlicePieces * kThreads), kThreads, d.table_bytes(), stream>>>(
       slices, nslices, d, apply_args<Tr>(lr, wd));
   return cudaGetLastError();
 }

@@ -3,6 +3,7 @@
 #include "collectives/bits/cuda/device_elements.cuh"
 #include "collectives/bits/cuda/element_math.cuh"
 #include "collectives/bits/cuda/kernels.h"
+#include "collectives/bits/cuda/slice_pieces.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 
 namespace pride::bits::cuda {
@@ -10,16 +11,22 @@ namespace {
 
 using namespace device;
 
-// Elements [0, n) of one range, warp `warp` of `nwarps` working on it; writes every half-word of
-// the range's 2 * words_for(n).
+// The steps (32 * E elements each, E plane half-words) of elements [0, n).
+template <class T>
+__host__ __device__ size_t lion_steps(size_t n) {
+  return (2 * plane_words(n) + kVec<T> - 1) / kVec<T>;
+}
+
+// Steps [first_step, end_step) of the range of elements [0, n), warp `warp` of `nwarps` working on
+// them; together the steps of lion_steps(n) write every half-word of the range's 2 * words_for(n).
 template <class Tr>
 __device__ void lion_range(const typename Tr::T* g, typename Tr::T* m, size_t n, bool aligned, const LionArgs& p,
-                           uint32_t* pos32, uint32_t* neg32, size_t warp, size_t nwarps) {
+                           uint32_t* pos32, uint32_t* neg32, size_t first_step, size_t end_step, size_t warp,
+                           size_t nwarps) {
   using T = typename Tr::T;
   constexpr int E = kVec<T>;
   const size_t nhalves = 2 * plane_words(n);
-  const size_t nsteps = (nhalves + E - 1) / E;
-  for (size_t step = warp; step < nsteps; step += nwarps) {
+  for (size_t step = first_step + warp; step < end_step; step += nwarps) {
     const size_t first = step * 32 * E + lane_id() * E;
     T gv[E], mv[E];
     load_elements(g, n, first, aligned, gv);
@@ -46,17 +53,21 @@ template <class Tr>
 __global__ void lion_kernel(const typename Tr::T* g, typename Tr::T* m, size_t n, bool aligned, LionArgs p,
                             uint32_t* pos32, uint32_t* neg32) {
   const size_t warp = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  lion_range<Tr>(g, m, n, aligned, p, pos32, neg32, warp, size_t{gridDim.x} * blockDim.x / 32);
+  lion_range<Tr>(g, m, n, aligned, p, pos32, neg32, 0, lion_steps<typename Tr::T>(n), warp,
+                 size_t{gridDim.x} * blockDim.x / 32);
 }
 
 template <class Tr>
 __global__ void lion_slices_kernel(const TensorSlice* slices, size_t nslices, LionArgs p, uint32_t* pos32,
                                    uint32_t* neg32) {
   using T = typename Tr::T;
-  for (size_t s = blockIdx.x; s < nslices; s += gridDim.x) {
-    const TensorSlice sl = slices[s];
+  for (size_t k = blockIdx.x; k < nslices * kSlicePieces; k += gridDim.x) {  // pieces in turn (slice_pieces.h)
+    const TensorSlice sl = slices[k / kSlicePieces];
+    size_t first = 0, end = 0;
+    piece_range(lion_steps<T>(sl.count), uint32_t(k % kSlicePieces), kSlicePieces, first, end);
     lion_range<Tr>(static_cast<const T*>(sl.in), static_cast<T*>(sl.inout), sl.count, sl.aligned != 0, p,
-                   pos32 + 2 * sl.word, neg32 ? neg32 + 2 * sl.word : nullptr, threadIdx.x / 32, blockDim.x / 32);
+                   pos32 + 2 * sl.word, neg32 ? neg32 + 2 * sl.word : nullptr, first, end, threadIdx.x / 32,
+                   blockDim.x / 32);
   }
 }
 
@@ -67,8 +78,7 @@ LionArgs lion_args(double beta1, double beta2) {
 template <class Tr>
 cudaError_t launch(const void* g, void* m, size_t n, const LionArgs& p, uint64_t* pos, uint64_t* neg,
                    cudaStream_t stream) {
-  const size_t nsteps = (2 * words_for(n) + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>;
-  lion_kernel<Tr><<<grid_for(nsteps * 32), kThreads, 0, stream>>>(
+  lion_kernel<Tr><<<grid_for(lion_steps<typename Tr::T>(n) * 32), kThreads, 0, stream>>>(
       static_cast<const typename Tr::T*>(g), static_cast<typename Tr::T*>(m), n, aligned16(g) && aligned16(m), p,
       reinterpret_cast<uint32_t*>(pos), reinterpret_cast<uint32_t*>(neg));
   return cudaGetLastError();
@@ -77,7 +87,7 @@ cudaError_t launch(const void* g, void* m, size_t n, const LionArgs& p, uint64_t
 template <class Tr>
 cudaError_t launch_slices(const TensorSlice* slices, size_t nslices, const LionArgs& p, uint64_t* pos, uint64_t* neg,
                           cudaStream_t stream) {
-  lion_slices_kernel<Tr><<<grid_for(nslices * kThreads), kThreads, 0, stream>>>(
+  lion_slices_kernel<Tr><<<grid_for(nslices * kSlicePieces * kThreads), kThreads, 0, stream>>>(
       slices, nslices, p, reinterpret_cast<uint32_t*>(pos), reinterpret_cast<uint32_t*>(neg));
   return cudaGetLastError();
 }

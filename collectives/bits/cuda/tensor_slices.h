@@ -1,8 +1,8 @@
 // Distributed Lion's two fused halves over many tensors in one launch each. The optimizer treats its
 // parameters as one flat index space in which every tensor starts on a 64-element boundary (see
 // torch_plugin/distributed_lion.h); a TensorSlice is a piece of one tensor, at most kSliceElements
-// long, and the plane words its bits occupy. Blocks take slices in turn, so a step over a hundred
-// tensors costs two launches instead of two hundred.
+// long, and the plane words its bits occupy. Blocks take pieces of slices in turn (slice_pieces.h), so
+// a step over a hundred tensors costs two launches instead of two hundred.
 #pragma once
 
 #include <cuda_runtime_api.h>
