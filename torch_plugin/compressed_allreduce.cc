@@ -44,7 +44,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::compressed_allreduce(at::Tensor& te
                       "): expected a dense tensor, got layout ", tensor.layout());
     return compressed_allreduce_cuda(tensor, worker_error, server_error);
   }
-  check_cpu_tensor(tensor, kName);
+  check_cpu_tensor(tensor, {kName, rank});
   return enqueue(c10d::OpType::ALLREDUCE, "pride:compressed_allreduce", {tensor, worker_error, server_error},
                  [tensor, worker_error, server_error, numel](Communicator& comm, PrideWork&) {
                    at::Tensor buf = tensor.is_contiguous() ? tensor : tensor.contiguous();

@@ -40,9 +40,9 @@ void unpack_result(const SignPlan& plan, const uint64_t* planes, size_t nwords, 
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_cuda(at::Tensor& tensor, SignOptions options) {
-  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "pride sign_allreduce: expected a dense tensor, got layout ",
-                    tensor.layout());
-  const bits::DType dtype = to_sign_dtype(tensor.scalar_type(), "sign_allreduce");
+  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "pride sign_allreduce (rank ", getRank(),
+                    "): expected a dense tensor, got layout ", tensor.layout());
+  const bits::DType dtype = to_sign_dtype(tensor.scalar_type(), {"sign_allreduce", getRank()});
   std::shared_ptr<CudaOrdering> ordering = cuda_ordering(tensor.device());
   ordering->use_on_internal_stream(tensor);
   gpu_transport(tensor.device());  // decided here, on the caller's thread, the first time

@@ -35,7 +35,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::level_vote(at::Tensor& q, int64_t m
                       "): expected a dense tensor, got layout ", q.layout());
     return level_vote_cuda(q, int(max_level));
   }
-  check_cpu_tensor(q, kName);
+  check_cpu_tensor(q, {kName, rank});
   const int level = int(max_level);
   return enqueue(c10d::OpType::ALLREDUCE, "pride:level_vote", {q}, [t = q, level](Communicator& comm, PrideWork&) {
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();

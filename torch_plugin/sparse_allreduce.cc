@@ -17,7 +17,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::allreduce_sparse(at::Tensor t, cons
                     "): sparse tensors must be on the CPU, got one on ", t.device());
   TORCH_CHECK_VALUE(opts.reduceOp == c10d::ReduceOp::SUM, "pride allreduce (rank ", getRank(),
                     "): sparse tensors support ReduceOp.SUM only");
-  to_scalar_type(t.scalar_type(), "allreduce");  // a dtype pride can move
+  to_scalar_type(t.scalar_type(), {"allreduce", getRank()});  // a dtype pride can move
   return enqueue(c10d::OpType::ALLREDUCE, "pride:allreduce_sparse", {t}, [t](Communicator& comm, PrideWork&) mutable {
     const at::Tensor in = t.coalesce();
     const at::Tensor indices = in._indices().t().contiguous();  // nnz × sparse_dim: one row per entry

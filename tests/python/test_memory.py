@@ -300,7 +300,7 @@ _ON_A_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), 
 def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device, cuda_path):
     """Which call keeps memory, if one does: after the mixed warm-up each kind of call runs alone
     CALLS_PER_KIND times on 2 ranks, with the resident memory (and on a GPU the device memory torch
-    allocates) read before and after, then the control, which keeps 2 KiB a call and must cross the
+    allocates) read before, half way and after, then the control, which keeps 2 KiB a call and must cross the
     limit. The table of every kind is in the failure message, and written to PRIDE_MEMORY_REPORT when
     that is set (the GPU machine's runs bring it back)."""
     import json
