@@ -25,11 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PRIDE_COUNT_HD __host__ __device__
-#else
-#define PRIDE_COUNT_HD
-#endif
+#include "collectives/bits/host_device.h"
 
 namespace pride::bits::counts {
 
@@ -42,7 +38,7 @@ struct CountCode {
   uint64_t magic = 0;  // ⌊(2^64 − 1)/B⌋ + 1
 };
 
-PRIDE_COUNT_HD constexpr CountCode make_code(uint32_t base) {
+PRIDE_HD constexpr CountCode make_code(uint32_t base) {
   CountCode c{};
   c.base = base < 2 ? 2 : base;
   c.planes = 0;
@@ -53,17 +49,17 @@ PRIDE_COUNT_HD constexpr CountCode make_code(uint32_t base) {
   return c;
 }
 
-PRIDE_COUNT_HD constexpr size_t limbs_for_words(const CountCode& c, size_t nwords) {
+PRIDE_HD constexpr size_t limbs_for_words(const CountCode& c, size_t nwords) {
   return (nwords * 64 + size_t(c.per_limb) - 1) / size_t(c.per_limb);
 }
-PRIDE_COUNT_HD constexpr size_t bytes_for_words(const CountCode& c, size_t nwords) {
+PRIDE_HD constexpr size_t bytes_for_words(const CountCode& c, size_t nwords) {
   return 4 * limbs_for_words(c, nwords);
 }
 // What the code costs on the wire per element, against c.planes for the planes themselves.
-PRIDE_COUNT_HD constexpr double bits_per_element(const CountCode& c) { return 32.0 / c.per_limb; }
+PRIDE_HD constexpr double bits_per_element(const CountCode& c) { return 32.0 / c.per_limb; }
 
 // ⌊v / B⌋ for any 32-bit v.
-PRIDE_COUNT_HD inline uint32_t divide(const CountCode& c, uint32_t v) {
+PRIDE_HD inline uint32_t divide(const CountCode& c, uint32_t v) {
 #if defined(__CUDA_ARCH__)
   return uint32_t(__umul64hi(c.magic, v));
 #else
@@ -72,7 +68,7 @@ PRIDE_COUNT_HD inline uint32_t divide(const CountCode& c, uint32_t v) {
 }
 
 // `count` bits (<= 32) of a plane of nwords words from element `first` on; elements past the plane read 0.
-PRIDE_COUNT_HD inline uint32_t plane_bits(const uint64_t* plane, size_t nwords, size_t first, int count) {
+PRIDE_HD inline uint32_t plane_bits(const uint64_t* plane, size_t nwords, size_t first, int count) {
   const size_t w = first / 64, o = first % 64;
   if (w >= nwords) return 0;
   uint64_t v = plane[w] >> o;
@@ -81,14 +77,14 @@ PRIDE_COUNT_HD inline uint32_t plane_bits(const uint64_t* plane, size_t nwords, 
 }
 
 // E(g): the bits of g as base-B digits.
-PRIDE_COUNT_HD inline uint32_t digits_value(const CountCode& c, uint32_t g) {
+PRIDE_HD inline uint32_t digits_value(const CountCode& c, uint32_t g) {
   uint32_t v = 0;
   for (int j = c.per_limb - 1; j >= 0; --j) v = v * c.base + ((g >> j) & 1u);
   return v;
 }
 
 // Limb `limb` of the R planes (`stride` words apart, nwords words each).
-PRIDE_COUNT_HD inline uint32_t encode_limb(const CountCode& c, const uint64_t* planes, size_t stride, size_t nwords,
+PRIDE_HD inline uint32_t encode_limb(const CountCode& c, const uint64_t* planes, size_t stride, size_t nwords,
                                            size_t limb) {
   const size_t first = limb * size_t(c.per_limb);
   uint32_t v = 0;
@@ -99,7 +95,7 @@ PRIDE_COUNT_HD inline uint32_t encode_limb(const CountCode& c, const uint64_t* p
 }
 
 // The limb's k counts back as R groups of k bits: groups[p] bit j is bit p of digit j.
-PRIDE_COUNT_HD inline void decode_limb(const CountCode& c, uint32_t v, uint32_t* groups) {
+PRIDE_HD inline void decode_limb(const CountCode& c, uint32_t v, uint32_t* groups) {
   for (int p = 0; p < c.planes; ++p) groups[p] = 0;
   for (int j = 0; j < c.per_limb; ++j) {
     const uint32_t q = divide(c, v), digit = v - q * c.base;
@@ -110,7 +106,7 @@ PRIDE_COUNT_HD inline void decode_limb(const CountCode& c, uint32_t v, uint32_t*
 
 // Word w of every plane from the limbs of the whole range, each plane's word to planes[p · stride + w].
 // Every limb that holds one of the word's elements contributes.
-PRIDE_COUNT_HD inline void decode_word(const CountCode& c, const uint32_t* limbs, size_t nlimbs, size_t w,
+PRIDE_HD inline void decode_word(const CountCode& c, const uint32_t* limbs, size_t nlimbs, size_t w,
                                        uint64_t* planes, size_t stride) {
   const size_t first = w * 64, k = size_t(c.per_limb);
   uint64_t word[kMaxPlanes];
@@ -128,4 +124,3 @@ PRIDE_COUNT_HD inline void decode_word(const CountCode& c, const uint32_t* limbs
 
 }  // namespace pride::bits::counts
 
-#undef PRIDE_COUNT_HD  // this header's alone

@@ -15,11 +15,7 @@
 
 // The CUDA kernels (collectives/bits/cuda/) include this file too, with PRIDE_KERNEL_NS=cuda_device:
 // one source for the conversions and predicates on both sides is what makes them bit-identical.
-#if defined(__CUDACC__)
-#define PRIDE_HD __host__ __device__
-#else
-#define PRIDE_HD
-#endif
+#include "collectives/bits/host_device.h"
 
 #ifndef PRIDE_KERNEL_NS
 #error "define PRIDE_KERNEL_NS before including kernel implementation headers"

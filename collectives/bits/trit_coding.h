@@ -15,19 +15,15 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PRIDE_TRIT_HD __host__ __device__
-#else
-#define PRIDE_TRIT_HD
-#endif
+#include "collectives/bits/host_device.h"
 
 namespace pride::bits::trits {
 
 constexpr size_t kPerByte = 5;
-PRIDE_TRIT_HD constexpr size_t bytes_for_words(size_t nwords) { return (nwords * 64 + kPerByte - 1) / kPerByte; }
+PRIDE_HD constexpr size_t bytes_for_words(size_t nwords) { return (nwords * 64 + kPerByte - 1) / kPerByte; }
 
 // The byte for five elements: bit k of pos5 / tie5 is element k's pos / tie bit.
-PRIDE_TRIT_HD constexpr uint8_t encode5(uint32_t pos5, uint32_t tie5) {
+PRIDE_HD constexpr uint8_t encode5(uint32_t pos5, uint32_t tie5) {
   uint32_t byte = 0;
   for (int k = 4; k >= 0; --k) {
     const uint32_t digit = (pos5 >> k) & 1u ? 2u : ((tie5 >> k) & 1u);
@@ -39,7 +35,7 @@ PRIDE_TRIT_HD constexpr uint8_t encode5(uint32_t pos5, uint32_t tie5) {
 // The inverse: pos5 | tie5 << 5 of a byte. Bytes 243 … 255 are never written; they decode as the
 // digits their base-3 expansion gives (all five digits are taken mod 3), so corrupt input cannot
 // read out of bounds.
-PRIDE_TRIT_HD constexpr uint32_t decode5(uint8_t byte) {
+PRIDE_HD constexpr uint32_t decode5(uint8_t byte) {
   uint32_t value = byte, pos5 = 0, tie5 = 0;
   for (int k = 0; k < 5; ++k) {
     const uint32_t digit = value % 3u;
@@ -51,7 +47,7 @@ PRIDE_TRIT_HD constexpr uint32_t decode5(uint8_t byte) {
 }
 
 // Five bits of a plane of nwords words starting at element `first` (elements past the plane read 0).
-PRIDE_TRIT_HD inline uint32_t bits5(const uint64_t* plane, size_t nwords, size_t first) {
+PRIDE_HD inline uint32_t bits5(const uint64_t* plane, size_t nwords, size_t first) {
   const size_t w = first / 64, o = first % 64;
   uint64_t v = plane[w] >> o;
   if (o > 64 - kPerByte && w + 1 < nwords) v |= plane[w + 1] << (64 - o);
@@ -60,7 +56,7 @@ PRIDE_TRIT_HD inline uint32_t bits5(const uint64_t* plane, size_t nwords, size_t
 
 // Word w of the pos and tie planes from the bytes of the whole range (`table`: decode5 of every byte,
 // or null to compute it). Every byte that holds one of the word's elements contributes.
-PRIDE_TRIT_HD inline void decode_word(const uint8_t* bytes, size_t nbytes, size_t w, const uint32_t* table,
+PRIDE_HD inline void decode_word(const uint8_t* bytes, size_t nbytes, size_t w, const uint32_t* table,
                                       uint64_t* pos, uint64_t* tie) {
   const size_t first = w * 64;
   uint64_t p = 0, t = 0;

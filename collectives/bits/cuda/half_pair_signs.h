@@ -9,18 +9,14 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PRIDE_PAIR_HD __host__ __device__
-#else
-#define PRIDE_PAIR_HD
-#endif
+#include "collectives/bits/host_device.h"
 
 namespace pride::bits::cuda {
 
 // Bits 15 and 31 of `pos` (`neg`) are set where the half below them is > 0 (< 0): nonzero, not NaN,
 // sign clear (set). inf_bits is the format's +infinity (0x7F80 for bf16, 0x7C00 for fp16), the largest
 // magnitude that is not NaN. No sum below carries out of its half: a magnitude is at most 0x7FFF.
-PRIDE_PAIR_HD inline void half_pair_signs(uint32_t word, uint32_t inf_bits, uint32_t& pos, uint32_t& neg) {
+PRIDE_HD inline void half_pair_signs(uint32_t word, uint32_t inf_bits, uint32_t& pos, uint32_t& neg) {
   const uint32_t magnitude = word & 0x7FFF7FFFu;
   const uint32_t nonzero = magnitude + 0x7FFF7FFFu;                           // bit 15: magnitude >= 1
   const uint32_t beyond_inf = magnitude + (0x7FFFu - inf_bits) * 0x00010001u;  // bit 15: magnitude > inf
@@ -31,11 +27,10 @@ PRIDE_PAIR_HD inline void half_pair_signs(uint32_t word, uint32_t inf_bits, uint
 
 // Bits 15 and 31 of four such words (elements 0 … 7 of 16 bytes, element 2i in word i's low half) as
 // bits 0 … 7 in element order.
-PRIDE_PAIR_HD inline uint32_t gather_pair_signs(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+PRIDE_HD inline uint32_t gather_pair_signs(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
   const uint32_t even_odd = (w0 >> 15) | (w1 >> 13) | (w2 >> 11) | (w3 >> 9);  // even at 0,2,4,6; odd at 16,18,20,22
   return (even_odd | (even_odd >> 15)) & 0xFFu;
 }
 
 }  // namespace pride::bits::cuda
 
-#undef PRIDE_PAIR_HD

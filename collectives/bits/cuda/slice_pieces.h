@@ -14,11 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PRIDE_PIECES_HD __host__ __device__
-#else
-#define PRIDE_PIECES_HD
-#endif
+#include "collectives/bits/host_device.h"
 
 namespace pride::bits::cuda {
 
@@ -26,7 +22,7 @@ constexpr uint32_t kSlicePieces = 8;
 
 // Items [begin, end) of piece `piece` of `pieces` (piece < pieces) when `count` items are cut in
 // order: runs of ⌈count / pieces⌉, the last ones shorter or empty. The pieces tile [0, count).
-PRIDE_PIECES_HD inline void piece_range(size_t count, uint32_t piece, uint32_t pieces, size_t& begin, size_t& end) {
+PRIDE_HD inline void piece_range(size_t count, uint32_t piece, uint32_t pieces, size_t& begin, size_t& end) {
   const size_t per = (count + pieces - 1) / pieces;
   begin = piece * per < count ? piece * per : count;
   end = begin + per < count ? begin + per : count;
