@@ -8,7 +8,8 @@ is bracketed by torch.cuda.synchronize(); the median over --steps steps after --
   python perf/bench_dlion_cuda.py --world 4            # 4 ranks sharing the GPU, against 4 x N = 1
   python perf/bench_dlion_cuda.py --device cpu --world 2 --params 1e6   # the same steps on CPU tensors
 
-Reports, per configuration: step ms, the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
+Reports, per configuration: step ms and host ms (until step() returned: on CUDA the device waits for
+the host until the first kernel is queued), the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
 (5 passes over the parameters at the copy bandwidth measured in the same run), and the extra device
 memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket. With
 --world N > 1 it first times pride's N = 1 step in a process of its own, with the same parameters and
@@ -56,22 +57,26 @@ def synchronize(device):
 
 def time_steps(step, steps, warmup, device="cuda", start=None):
     """(median ms of `steps` calls of step() after `warmup` ones, (wall-clock start, end) of the timed
-    calls); start(), when given, is called between the two (the sharing baseline's processes wait
-    there for each other)."""
+    calls, median ms until step() returned); start(), when given, is called between the warm-up and
+    the timed steps (the sharing baseline's processes wait there for each other). The last figure is
+    host time: on CUDA, a step that only queues kernels returns before they run, and the device is idle
+    until the first one is queued, so host time is the part of the step that no kernel speed removes."""
     for _ in range(warmup):
         step()
     synchronize(device)
     if start is not None:
         start()
-    times = []
+    times, host = [], []
     began = time.time()  # wall clock, comparable across processes: when the timed steps ran
     for _ in range(steps):
         synchronize(device)
         t0 = time.perf_counter()
         step()
+        t1 = time.perf_counter()
         synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), (began, time.time())
+        host.append((t1 - t0) * 1e3)
+    return statistics.median(times), (began, time.time()), statistics.median(host)
 
 
 def copy_floor_ms(total_bytes, steps=10):
@@ -79,7 +84,7 @@ def copy_floor_ms(total_bytes, steps=10):
     n = 1 << 28
     a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
     b = torch.empty_like(a)
-    ms, _ = time_steps(lambda: b.copy_(a), steps, 2)
+    ms, _, _ = time_steps(lambda: b.copy_(a), steps, 2)
     bandwidth = 2 * n / (ms * 1e-3)  # bytes read + written per second
     return 5 * total_bytes / bandwidth * 1e3, bandwidth / 1e9
 
@@ -107,7 +112,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
         torch.cuda.reset_peak_memory_stats()
     if world > 1:
         pride.reset_stats()
-    pride_ms, window = time_steps(opt.step, args.steps, args.warmup, args.device, start)
+    pride_ms, window, pride_host_ms = time_steps(opt.step, args.steps, args.warmup, args.device, start)
     peak_growth = torch.cuda.max_memory_allocated() - before if on_cuda else 0
     if args.profile:  # every rank steps (they are collectives); rank 0 records
         profile_steps(opt.step, args.profile if rank == 0 else None, world)
@@ -115,7 +120,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
     workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
     bucket_bytes = (args.bucket_mb or 1024.0) * (1 << 20)
     row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
-               pride_ms=pride_ms, workspace_bytes=workspace, param_bytes=param_bytes,
+               pride_ms=pride_ms, pride_host_ms=pride_host_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
                allocated_growth_bytes=allocated() - before, device=args.device, window=window,
                peak_growth_bytes=peak_growth, votes=args.votes, bucket_mb=args.bucket_mb, cuda_path=os.environ.get("PRIDE_CUDA_PATH", "auto"))
@@ -127,7 +132,8 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
 
         ref_params = make_params(sizes, dtype, "cuda", seed=1)
         ref = Lion(ref_params, lr=1e-4, weight_decay=0.1, use_triton=True)
-        row["lion_pytorch_triton_ms"], _ = time_steps(ref.step, args.steps, args.warmup)
+        row["lion_pytorch_triton_ms"], _, row["lion_pytorch_triton_host_ms"] = time_steps(ref.step, args.steps,
+                                                                                           args.warmup)
         row["ratio_to_triton"] = pride_ms / row["lion_pytorch_triton_ms"]
         floor, bandwidth = copy_floor_ms(param_bytes)
         row["hbm_floor_ms"] = floor
@@ -291,7 +297,8 @@ def main():
     where = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
     print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
           f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 1024:g} MiB, {args.world} rank(s) on {where}")
-    print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps)")
+    print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps); until step() returned: "
+          f"{max(r['pride_host_ms'] for r in rows):.3f} ms (host time)")
     if single_ms is not None:
         ratio = slowest / (args.world * single_ms)
         for r in rows:
@@ -307,7 +314,8 @@ def main():
               f"{shared_ms / single_ms:.3f} x N = 1 -> step / that = {shared_ratio:.3f} "
               f"(what communication and staging add)")
     if "lion_pytorch_triton_ms" in r0:
-        print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}")
+        print(f"lion-pytorch Triton step: {r0['lion_pytorch_triton_ms']:.3f} ms -> pride/triton = {r0['ratio_to_triton']:.3f}; "
+              f"until its step() returned: {r0['lion_pytorch_triton_host_ms']:.3f} ms")
         print(f"HBM floor (5 passes at {r0['copy_GBps']:.0f} GB/s copy): {r0['hbm_floor_ms']:.3f} ms")
     if args.device == "cuda":
         print(f"extra device memory per rank: {r0['workspace_bytes'] / 2**20:.1f} MiB held by the optimizer, "

@@ -437,6 +437,32 @@ def test_different_models_fail_on_every_rank(mode, change):
     run(_different_models, 4, mode, change, deadline_s=150)  # run() raises if any rank did not raise
 
 
+def _settings_changed_later(rank, world, store_path):
+    """A layout that changes after steps that agreed (a learning-rate schedule stepped on one rank
+    only): the step keeps the digest of an unchanged layout, so this checks that a change is seen."""
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    model = make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01, mode="vote", bucket_mb=2e-4)
+    for step in range(2):
+        for p, g in zip(model.parameters(), grads_for(model, rank, step)):
+            p.grad = g
+        opt.step()
+    if rank == 1:
+        opt.param_groups[0]["lr"] = 0.005
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"param group 0's \(lr, betas, weight_decay\) is") as err:
+        opt.step()
+    assert "(0.005, (0.9, 0.99), 0.0) on rank 1" in str(err.value)
+    assert all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)), "a parameter moved"
+    dist.destroy_process_group()
+
+
+def test_a_setting_changed_after_agreed_steps_fails_on_every_rank():
+    run(_settings_changed_later, 2, deadline_s=120)
+
+
 def _global_any_group(rank, world, store_path, backend):
     from pride.optim import DistributedLion
 
@@ -638,3 +664,4 @@ def _bucket_calls_agreed(rank, world_size, store_path, differ):
 @pytest.mark.parametrize("differ", [False, True])
 def test_bucket_agreement_covers_the_sign_calls_own_check(differ):
     run(_bucket_calls_agreed, 3, differ)
+

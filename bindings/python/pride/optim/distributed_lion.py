@@ -124,6 +124,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
         self._ddp_checked = False
+        self._layout_digested = (None, 0)  # (layout, its digest) of the last step
         Joinable.__init__(self)
         self._check_group()
 
@@ -274,7 +275,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         and each group's hyper-parameters and the optimizer's settings. Gradients play no part."""
         groups = []
         for group in self.param_groups:
-            params = tuple((tuple(p.shape), str(p.dtype).replace("torch.", ""), p.device.type) for p in group["params"])
+            # (torch.Size, torch.dtype, is_cuda): cheap to read, and their repr is the same on every rank.
+            params = tuple((p.shape, p.dtype, p.is_cuda) for p in group["params"])
             hyper = (float(group["lr"]), tuple(float(b) for b in group["betas"]), float(group["weight_decay"]))
             groups.append((params, hyper))
         return (self.mode, self.votes, self.bucket_mb, tuple(groups), self.aggregation, self.quantization,
@@ -311,26 +313,37 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             self._check_ddp()
         backend = self._backend() if self.mode != "global" else None
         layout = self._layout()
-        digest = self._digest(layout)
+        if layout != self._layout_digested[0]:  # the digest of an unchanged layout is kept, not rehashed
+            self._layout_digested = (layout, self._digest(layout))
+        digest = self._layout_digested[1]
         if (self.mode == "global" or self.aggregation != "bits") and self._distributed():
             self._check_layout_global(layout, digest)
         for group in self.param_groups:
             # The layout comes from the parameter list, not from which gradients exist: a parameter
             # without a gradient on this rank keeps its place and abstains (its momentum untouched);
             # one without a gradient on every rank takes no step.
-            by_dtype = {}
+            # One pass over the parameters: this loop is host time the GPU waits for before the step's
+            # first kernel (a step over 100 tensors spent about 0.6 ms here on a 2.8 GHz Xeon before it
+            # was written this way; docs/performance.md, "Host time of a step").
+            by_dtype = {}  # (device, dtype) -> ([params], [grads])
             for p in group["params"]:
-                if p.grad is not None and p.grad.is_sparse:
+                g = p.grad
+                if g is not None and g.is_sparse:
                     raise RuntimeError("DistributedLion does not support sparse gradients")
-                if p.dtype not in _DTYPES:
-                    raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got {p.dtype}")
-                by_dtype.setdefault((p.device, p.dtype), []).append(p)
-            for (device, dtype), params in by_dtype.items():
-                grads = [None if p.grad is None or shadow else p.grad.contiguous() for p in params]
+                key = (p.device, p.dtype)
+                lists = by_dtype.get(key)
+                if lists is None:
+                    if p.dtype not in _DTYPES:
+                        raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got "
+                                        f"{p.dtype}")
+                    lists = by_dtype[key] = ([], [])
+                lists[0].append(p)
+                lists[1].append(None if g is None or shadow else g.contiguous())
+            for (device, dtype), (params, grads) in by_dtype.items():
                 if self.aggregation != "bits":
                     # Lion Cub's p-bit allreduce: quantized c summed in int8, or its sign by level vote
                     # (lion_cub.py).
-                    momenta = [self._momentum(p) if g is not None else None for p, g in zip(params, grads)]
+                    momenta = self._momenta(params, grads)
                     lion_cub.int8_step(params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                                        float(group["betas"][1]), float(group["weight_decay"]), self.mode,
                                        self.quantization, self.group, self._bucket_elements(device, dtype),
@@ -343,7 +356,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     target, mode, votes = None, "vote", "ternary"
                 else:
                     target, mode, votes = backend, self.mode, self.votes
-                momenta = [self._momentum(p) if g is not None else None for p, g in zip(params, grads)]
+                momenta = self._momenta(params, grads)
                 agreed = _C.distributed_lion_step(
                     target, params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
@@ -365,6 +378,19 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
         return state["exp_avg"]
 
+    def _momenta(self, params, grads):
+        """The momentum of each parameter with a gradient here (None where it has none)."""
+        state = self.state
+        out = []
+        for p, g in zip(params, grads):
+            m = None
+            if g is not None:
+                m = state[p].get("exp_avg")
+                if m is None:
+                    m = self._momentum(p)
+            out.append(m)
+        return out
+
     def _workspace(self, device, dtype):
         if device.type != "cuda":
             return None
@@ -383,7 +409,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         # each bucket still costs its round trips and a few stream waits: 4 ranks on one H200, 350M fp32
         # parameters, device-memory path, 97-103 ms a step in 64 MiB buckets, 17.7 in 1 GiB.
         mb = self.bucket_mb if self.bucket_mb is not None else (1024.0 if device.type == "cuda" else 16.0)
-        return max(64, int(mb * (1 << 20)) // torch.empty(0, dtype=dtype).element_size())
+        return max(64, int(mb * (1 << 20)) // dtype.itemsize)
 
     def _check_layout_global(self, layout, digest):
         """G-Lion's layout check: a MAX-allreduce of (d, ~d) returns both intact only if every rank has d."""
@@ -433,8 +459,9 @@ def _first_difference(layouts):
             def describe(e):
                 if e is None:
                     return "absent"
-                group, (shape, dtype, device) = e
-                return f"{dtype} {list(shape)} on {device} (param group {group})"
+                group, (shape, dtype, is_cuda) = e
+                dtype = str(dtype).replace("torch.", "")
+                return f"{dtype} {list(shape)} on {'cuda' if is_cuda else 'cpu'} (param group {group})"
             return f"parameter {index} is " + ", ".join(f"{describe(e)} on rank {r}" for r, e in entries.items())
     for gi in range(max(len(lay[3]) for lay in layouts)):
         hypers = {r: (lay[3][gi][1] if gi < len(lay[3]) else None) for r, lay in enumerate(layouts)}
