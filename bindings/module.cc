@@ -135,7 +135,8 @@ PYBIND11_MODULE(_C, m) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
         const auto options = sign_options(mode, "binary", "auto");  // the vote kind comes from `votes`
         const auto lion_votes = pride::torch_plugin::parse_lion_votes(votes);
-        TORCH_CHECK_VALUE(bucket_elements > 0, "pride DistributedLion: bucket size must be positive");
+        const pride::torch_plugin::CallSite site{"DistributedLion", pride != nullptr ? pride->getRank() : 0};
+        TORCH_CHECK_VALUE(bucket_elements > 0, "pride ", site, ": bucket size must be positive");
         const pride::torch_plugin::LionHyper hyper{lr, beta1, beta2, weight_decay};
         // None (no gradient on this rank) becomes an undefined tensor: it abstains.
         auto defined_or_empty = [](const std::vector<std::optional<at::Tensor>>& in) {
@@ -152,8 +153,8 @@ PYBIND11_MODULE(_C, m) {
           return pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
                                                                  lion_votes, size_t(bucket_elements), layout_digest);
 #else
-          throw py::value_error("pride DistributedLion: parameters on " + params[0].device().str() +
-                                ", but this build of pride has no CUDA support");
+          TORCH_CHECK_VALUE(false, "pride ", site, ": parameters on ", params[0].device(),
+                            ", but this build of pride has no CUDA support");
 #endif
         }
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL

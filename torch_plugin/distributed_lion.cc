@@ -73,35 +73,41 @@ SignResult local_result(const std::vector<uint64_t>& votes, size_t numel, const 
   return r;
 }
 
-void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
-                   const std::vector<at::Tensor>& momenta) {
-  TORCH_CHECK_VALUE(params.size() == grads.size() && params.size() == momenta.size(),
-                    "pride DistributedLion: ", params.size(), " parameters, ", grads.size(), " gradients and ",
-                    momenta.size(), " momentum buffers");
+}  // namespace
+
+void check_step_tensors(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                        const std::vector<at::Tensor>& momenta, CallSite site) {
+  TORCH_CHECK_VALUE(params.size() == grads.size() && params.size() == momenta.size(), "pride ", site, ": ",
+                    params.size(), " parameters, ", grads.size(), " gradients and ", momenta.size(),
+                    " momentum buffers");
   for (size_t i = 0; i < params.size(); ++i) {
-    TORCH_CHECK_VALUE(!grads[i].defined() || momenta[i].defined(), "pride DistributedLion: parameter ", i,
+    TORCH_CHECK_VALUE(params[i].defined(), "pride ", site, ": parameter ", i, " is undefined");
+    TORCH_CHECK_VALUE(!grads[i].defined() || momenta[i].defined(), "pride ", site, ": parameter ", i,
                       " has a gradient but no momentum buffer");
     for (const at::Tensor* t : {&params[i], &grads[i], &momenta[i]}) {
       if (!t->defined()) continue;  // no gradient on this rank
-      check_cpu_tensor(*t, "DistributedLion");
-      TORCH_CHECK_VALUE(t->is_contiguous(), "pride DistributedLion: tensors must be contiguous");
-      TORCH_CHECK_TYPE(t->scalar_type() == params[0].scalar_type(), "pride DistributedLion: one dtype per call, got ",
+      TORCH_CHECK_VALUE(t->layout() == at::kStrided, "pride ", site, ": expected dense tensors, got layout ",
+                        t->layout());
+      TORCH_CHECK_VALUE(t->device() == params[0].device(), "pride ", site, ": every tensor of a step must be on ",
+                        params[0].device(), ", got ", t->device());
+      TORCH_CHECK_VALUE(t->is_contiguous(), "pride ", site, ": tensors must be contiguous");
+      TORCH_CHECK_TYPE(t->scalar_type() == params[0].scalar_type(), "pride ", site, ": one dtype per call, got ",
                        params[0].scalar_type(), " and ", t->scalar_type());
-      TORCH_CHECK_VALUE(t->numel() == params[i].numel(), "pride DistributedLion: parameter ", i, " has ",
+      TORCH_CHECK_VALUE(t->numel() == params[i].numel(), "pride ", site, ": parameter ", i, " has ",
                         params[i].numel(), " elements, its gradient or momentum ", t->numel());
     }
   }
 }
 
-}  // namespace
-
 bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
                            uint64_t layout_digest) {
-  check_tensors(params, grads, momenta);
+  const CallSite site{"DistributedLion", backend != nullptr ? backend->getRank() : 0};
+  check_step_tensors(params, grads, momenta, site);
   if (params.empty()) return true;
-  const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), "DistributedLion");
+  check_cpu_tensor(params[0], site);  // and so every tensor (check_step_tensors: one device)
+  const bits::DType dtype = to_sign_dtype(params[0].scalar_type(), site);
   const size_t elem = bits::dtype_size(dtype);
   // Ternary packing (both planes, c == 0 abstains) for exact and ternary votes; binary votes pack the
   // +1 plane and become ternary planes only if a missing gradient somewhere calls for it.

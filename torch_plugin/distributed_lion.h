@@ -24,6 +24,7 @@
 
 #include "collectives/engine/sign/sign_allreduce.h"
 #include "torch_plugin/bucket_agreement.h"
+#include "torch_plugin/tensor_types.h"
 
 namespace pride::torch_plugin {
 
@@ -47,5 +48,11 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
                            uint64_t layout_digest);
+
+// The argument checks of both steps (CPU and CUDA): as many gradients and momenta as parameters, a
+// momentum wherever there is a gradient, and every defined tensor dense, contiguous, on params[0]'s
+// device and dtype, and of its parameter's size. Errors say "pride <site>: ..." (the rank with it).
+void check_step_tensors(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                        const std::vector<at::Tensor>& momenta, CallSite site);
 
 }  // namespace pride::torch_plugin

@@ -77,30 +77,8 @@ constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-void check_launch(cudaError_t status, const char* what) {
-  TORCH_CHECK(status == cudaSuccess, "pride DistributedLion: ", what, " failed: ", cudaGetErrorString(status));
-}
-
-void check_tensors(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
-                   const std::vector<at::Tensor>& momenta) {
-  TORCH_CHECK_VALUE(params.size() == grads.size() && params.size() == momenta.size(), "pride DistributedLion: ",
-                    params.size(), " parameters, ", grads.size(), " gradients and ", momenta.size(),
-                    " momentum buffers");
-  for (size_t i = 0; i < params.size(); ++i) {
-    TORCH_CHECK_VALUE(!grads[i].defined() || momenta[i].defined(), "pride DistributedLion: parameter ", i,
-                      " has a gradient but no momentum buffer");
-    for (const at::Tensor* t : {&params[i], &grads[i], &momenta[i]}) {
-      if (!t->defined()) continue;  // no gradient on this rank
-      TORCH_CHECK_VALUE(t->is_cuda() && t->device() == params[0].device(),
-                        "pride DistributedLion: every tensor of a step must be on ", params[0].device(), ", got ",
-                        t->device());
-      TORCH_CHECK_VALUE(t->is_contiguous(), "pride DistributedLion: tensors must be contiguous");
-      TORCH_CHECK_TYPE(t->scalar_type() == params[0].scalar_type(), "pride DistributedLion: one dtype per call, got ",
-                       params[0].scalar_type(), " and ", t->scalar_type());
-      TORCH_CHECK_VALUE(t->numel() == params[i].numel(), "pride DistributedLion: parameter ", i, " has ",
-                        params[i].numel(), " elements, its gradient or momentum ", t->numel());
-    }
-  }
+void check_launch(cudaError_t status, const CallSite& site, const char* what) {
+  TORCH_CHECK(status == cudaSuccess, "pride ", site, ": ", what, " failed: ", cudaGetErrorString(status));
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -128,6 +106,7 @@ struct StepPlan {
   c10::cuda::CUDAStream vote_stream;  // the worker's: agreement, exchange and count of each bucket's planes
   c10::Device device;
   NcclGroup* nccl;             // the group's NCCL side when NCCL carries its CUDA tensors, else null
+  CallSite site;               // "DistributedLion" and this rank, for errors
 };
 
 // Returns false (nothing applied) when the ranks' layouts differ.
@@ -141,12 +120,15 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
                                 LionVotes votes, size_t bucket_elements, uint64_t layout_digest) {
-  check_tensors(params, grads, momenta);
+  const CallSite site{"DistributedLion", backend != nullptr ? backend->getRank() : 0};
+  check_step_tensors(params, grads, momenta, site);
   if (params.empty()) return true;
+  TORCH_CHECK_VALUE(params[0].is_cuda(), "pride ", site, ": expected CUDA tensors, got ", params[0].device());
   const c10::Device device = params[0].device();
   c10::cuda::CUDAGuard device_guard(device);
   CudaLionWorkspace::Buffers& ws = workspace.buffers();
-  TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride DistributedLion: a workspace serves one device");
+  TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride ", site, ": a workspace serves one device, ",
+                    int(ws.device), ", got tensors on ", device);
   ws.device = device.index();
   if (!ws.vote_stream) ws.vote_stream = c10::cuda::getStreamFromPool(false, device.index());
   const int nranks = backend ? backend->getSize() : 1;
@@ -155,12 +137,13 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       options,
                       votes,
                       hyper,
-                      to_sign_dtype(params[0].scalar_type(), "DistributedLion"),
+                      to_sign_dtype(params[0].scalar_type(), site),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
                       *ws.vote_stream,
                       device,
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()
-                                                                                                  : nullptr};
+                                                                                                  : nullptr,
+                      site};
   const size_t elem = bits::dtype_size(step.dtype);
   // The last step is done with the pinned buffers (and its copies back to the GPU, which nothing else
   // waits for): this must stay before ensure_words below, which may free and replace them.
@@ -324,7 +307,7 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
   if (options.votes == VoteKind::kTernary && !packed_ternary) {
     check_launch(bits::cuda::binary_as_ternary_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
                                                       stream),
-                 "binary_as_ternary");
+                 step.site, "binary_as_ternary");
   }
   b.plan = vote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket,
                           DeviceVote{step.device, stream, votes, planes, votes_host, planes_host, voted});
@@ -363,7 +346,7 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     check_launch(bits::cuda::lion_vote_slices(lion_table + b.first_lion, b.nlion, step.dtype, step.hyper.beta1,
                                               step.hyper.beta2, votes, pack_ternary ? votes + b.nwords : nullptr,
                                               stream),
-                 "lion_vote");
+                 step.site, "lion_vote");
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
     if (backend == nullptr) {  // a world of one: its own view is everyone's
       b.plan = pack_ternary ? step.ternary : step.binary;
@@ -380,7 +363,7 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
       C10_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
       check_launch(bits::cuda::find_abstentions_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
                                                        flag, stream),
-                   "find_abstentions");
+                   step.site, "find_abstentions");
       C10_CUDA_CHECK(cudaMemcpyAsync(abstains_host, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
     }
     cudaEvent_t packed = ws.packed[k], voted = ws.voted[k];
@@ -435,12 +418,12 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
       check_launch(bits::cuda::apply_vote_slices(table, nslices, step.dtype, planes,
                                                  r.has_tie_plane() ? planes + b.nwords : nullptr, step.hyper.lr,
                                                  step.hyper.weight_decay, stream),
-                   "apply_vote");
+                   step.site, "apply_vote");
     } else {
       check_launch(bits::cuda::apply_mean_slices(table, nslices, step.dtype, planes, r.result_planes, b.nwords,
                                                  r.mean_scale, r.mean_offset, r.nranks, step.hyper.lr,
                                                  step.hyper.weight_decay, stream),
-                   "apply_mean");
+                   step.site, "apply_mean");
     }
   }
   return true;

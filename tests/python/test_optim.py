@@ -665,3 +665,26 @@ def _bucket_calls_agreed(rank, world_size, store_path, differ):
 def test_bucket_agreement_covers_the_sign_calls_own_check(differ):
     run(_bucket_calls_agreed, 3, differ)
 
+
+def _momentum_of_another_model(rank, world, store_path):
+    from pride.optim import DistributedLion
+
+    init_group(rank, world, store_path)
+    model = make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01)
+    # A checkpoint of another model: torch's load_state_dict checks no shapes, the step's own check does.
+    state = opt.state_dict()
+    state["state"] = {0: {"exp_avg": torch.zeros(3)}}
+    opt.load_state_dict(state)
+    for p, g in zip(model.parameters(), grads_for(model, rank, 0)):
+        p.grad = g
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=rf"pride DistributedLion \(rank {rank}\): parameter 0 has 561 elements, "
+                                         r"its gradient or momentum 3"):
+        opt.step()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)), "a parameter moved"
+    dist.destroy_process_group()
+
+
+def test_a_bad_argument_is_named_with_the_rank():
+    run(_momentum_of_another_model, 2, deadline_s=120)
