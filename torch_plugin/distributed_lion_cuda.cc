@@ -14,7 +14,6 @@
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/engine/call_description.h"
-#include "torch_plugin/cuda_plane_ops.h"
 #include "torch_plugin/device_vote.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
@@ -24,8 +23,8 @@ namespace pride::torch_plugin {
 
 struct CudaLionWorkspace::Buffers {
   at::Tensor votes, planes;              // device, int64 words: every bucket's vote and result planes
-  at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path (only with a group)
-  at::Tensor slices_host, slices;        // the slice tables, pinned and on the device
+  at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path
+  at::Tensor slices_host, slices;        // the slice tables (a world of one's: LocalSlice), pinned and on the device
   // Exact votes with a group: per bucket, whether some element must abstain, found on the device and
   // copied to the pinned twin in the caller's stream order, before the bucket's `packed` event.
   at::Tensor abstains, abstains_host;
@@ -62,6 +61,7 @@ int64_t CudaLionWorkspace::device_bytes() const {
 
 namespace {
 
+using bits::cuda::LocalSlice;
 using bits::cuda::TensorSlice;
 constexpr size_t kWord = 64;
 
@@ -109,6 +109,41 @@ struct StepPlan {
   CallSite site;               // "DistributedLion" and this rank, for errors
 };
 
+// A world of one (no group, or G-Lion's step on gradients already averaged): the vote is this rank's
+// own, so each tensor with a gradient takes Lion's whole step in one pass (lion_local_slices), and one
+// without takes none. No planes, no buckets: one launch reads g, m and x once and writes m and x once.
+void local_step(CudaLionWorkspace::Buffers& ws, const std::vector<at::Tensor>& params,
+                const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta, const StepPlan& step) {
+  const size_t elem = bits::dtype_size(step.dtype);
+  std::vector<LocalSlice> slices;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const size_t n = size_t(params[i].numel());
+    for (size_t offset = 0; offset < n; offset += bits::cuda::kSliceElements) {
+      const char* g = static_cast<const char*>(grads[i].data_ptr()) + offset * elem;
+      char* m = static_cast<char*>(momenta[i].data_ptr()) + offset * elem;
+      char* x = static_cast<char*>(params[i].data_ptr()) + offset * elem;
+      const auto count = uint32_t(std::min<size_t>(bits::cuda::kSliceElements, n - offset));
+      slices.push_back({g, m, x, count, uint32_t(aligned16(g) && aligned16(m) && aligned16(x))});
+    }
+  }
+  if (slices.empty()) return;
+  const size_t table_bytes = slices.size() * sizeof(LocalSlice);
+  ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, word_options(at::kCPU, /*pinned=*/true));
+  ensure_words(ws.slices, round_up(table_bytes, 8) / 8, params[0].options().dtype(at::kLong));
+  std::copy(slices.begin(), slices.end(), reinterpret_cast<LocalSlice*>(ws.slices_host.data_ptr<int64_t>()));
+  C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), ws.slices_host.data_ptr(), table_bytes, cudaMemcpyHostToDevice,
+                                 step.stream));
+  check_launch(bits::cuda::lion_local_slices(reinterpret_cast<const LocalSlice*>(ws.slices.data_ptr<int64_t>()),
+                                             slices.size(), step.dtype, step.hyper.beta1, step.hyper.beta2,
+                                             step.votes != LionVotes::kBinary, step.hyper.lr,
+                                             step.hyper.weight_decay, step.stream),
+               step.site, "lion_local");
+  // The pinned table is read by the copy above: the next step waits for this before it rewrites it.
+  if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(ws.last_use, step.stream));
+}
+
 // Returns false (nothing applied) when the ranks' layouts differ.
 bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, const StepPlan& step,
                      std::vector<BucketPlan>& buckets, const std::vector<TensorSlice>& apply_slices,
@@ -148,6 +183,10 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   // The last step is done with the pinned buffers (and its copies back to the GPU, which nothing else
   // waits for): this must stay before ensure_words below, which may free and replace them.
   if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
+  if (backend == nullptr) {
+    local_step(ws, params, grads, momenta, step);
+    return true;
+  }
 
   // Layout: every tensor starts on a word of the flat index space; buckets are word-aligned ranges.
   std::vector<size_t> starts;
@@ -206,13 +245,11 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   const auto pinned = word_options(at::kCPU, /*pinned=*/true);
   ensure_words(ws.votes, vote_words, on_device);
   ensure_words(ws.planes, plane_words, on_device);
-  if (backend != nullptr) {
-    ensure_words(ws.votes_host, vote_words, pinned);
-    ensure_words(ws.planes_host, plane_words, pinned);
-    if (votes == LionVotes::kExact) {  // one int per bucket, in int64 words
-      ensure_words(ws.abstains, (buckets.size() + 1) / 2, on_device);
-      ensure_words(ws.abstains_host, (buckets.size() + 1) / 2, pinned);
-    }
+  ensure_words(ws.votes_host, vote_words, pinned);
+  ensure_words(ws.planes_host, plane_words, pinned);
+  if (votes == LionVotes::kExact) {  // one int per bucket, in int64 words
+    ensure_words(ws.abstains, (buckets.size() + 1) / 2, on_device);
+    ensure_words(ws.abstains_host, (buckets.size() + 1) / 2, pinned);
   }
   const size_t table_bytes = (lion_slices.size() + apply_slices.size()) * sizeof(TensorSlice);
   ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, pinned);
@@ -348,12 +385,6 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
                                               stream),
                  step.site, "lion_vote");
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
-    if (backend == nullptr) {  // a world of one: its own view is everyone's
-      b.plan = pack_ternary ? step.ternary : step.binary;
-      b.agreed.any_grad = b.input.has_grad;
-      finalize_on_device(b.plan, votes, 1, b.nwords, planes, b.nwords, stream);  // N = 1: the votes are the count
-      continue;
-    }
     uint64_t* votes_host = words_of(ws.votes_host) + b.vote_offset;
     uint64_t* planes_host = words_of(ws.planes_host) + b.plane_offset;
     int* abstains_host = nullptr;

@@ -9,8 +9,10 @@
 //   3. apply: one launch applies x ← x·(1 − lr·λ) − lr·Δ from the result planes on the device, after
 //      an event the worker recorded where the planes are written (NCCL and device memory: neither
 //      thread waits for the GPU there; on a GPU that processes share, each wait costs a time slice).
-// A world of one (no group, or G-Lion's local step) never leaves the GPU: the planes are decided on
-// the device. The workspace keeps the device and pinned buffers from step to step.
+// A world of one (no group, or G-Lion's local step) has nothing to vote on but its own update: one
+// launch over every tensor piece takes Lion's whole step (lion_local_slices: read g, m, x; write m, x),
+// the same bits as the three stages with one rank. The workspace keeps the device and pinned buffers
+// from step to step.
 #pragma once
 
 #include <ATen/core/Tensor.h>

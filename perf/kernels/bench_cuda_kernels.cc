@@ -11,7 +11,8 @@
 //   vs same-size = the same against a copy of half the kernel's bytes (as many read + written bytes as
 //               the kernel moves), timed right after it: the target's "same-size copy".
 // The *_slices rows run DistributedLion's two halves as its step does: the same n elements laid out as
-// 100 tensors of a model's varied sizes, one launch over all their slices (bytes: as the rows above).
+// 100 tensors of a model's varied sizes, one launch over all their slices (bytes: as the rows above);
+// lion_local_slices is a world of one's whole step in one launch (read g, m, x; write m, x).
 // The coded-result rows (encode/decode of counts and trits) have no SPEC target; they say what coding
 // costs next to the wire it saves.
 #include <CLI/CLI.hpp>
@@ -81,10 +82,12 @@ void* device_random(size_t bytes) {
 
 // The same n elements as DistributedLion lays out a model's tensors (perf/bench_dlion_cuda.py's sizes:
 // a few large, many small; each tensor on a 64-element word, cut into slices of kSliceElements), as
-// the device table of (g, m) slices (`lion`) and of x slices (`apply`).
+// the device table of (g, m) slices (`lion`), of x slices (`apply`) and of (g, m, x) slices (`local`,
+// a world of one's whole step).
 struct SliceTables {
   cuda::TensorSlice* lion = nullptr;
   cuda::TensorSlice* apply = nullptr;
+  cuda::LocalSlice* local = nullptr;
   size_t count = 0;
 };
 
@@ -102,6 +105,7 @@ SliceTables model_slices(size_t n, size_t tensors, size_t element_size, const vo
   }
   const size_t usable = n - tensors * 64;  // room for every tensor's padding to its word
   std::vector<cuda::TensorSlice> lion, apply;
+  std::vector<cuda::LocalSlice> local;
   size_t flat = 0;
   for (double w : weights) {
     const size_t numel = std::max<size_t>(1, size_t(w / sum * double(usable)));
@@ -111,6 +115,8 @@ SliceTables model_slices(size_t n, size_t tensors, size_t element_size, const vo
       const uint64_t word = (flat + at) / 64;
       lion.push_back({static_cast<const char*>(g) + offset, static_cast<char*>(m) + offset, word, count, 1u});
       apply.push_back({nullptr, static_cast<char*>(x) + offset, word, count, 1u});
+      local.push_back({static_cast<const char*>(g) + offset, static_cast<char*>(m) + offset,
+                       static_cast<char*>(x) + offset, count, 1u});
     }
     flat += (numel + 63) / 64 * 64;
   }
@@ -120,6 +126,8 @@ SliceTables model_slices(size_t n, size_t tensors, size_t element_size, const vo
   check(cudaMalloc(reinterpret_cast<void**>(&t.apply), apply.size() * sizeof(cuda::TensorSlice)), "cudaMalloc");
   check(cudaMemcpy(t.lion, lion.data(), lion.size() * sizeof(cuda::TensorSlice), cudaMemcpyHostToDevice), "upload");
   check(cudaMemcpy(t.apply, apply.data(), apply.size() * sizeof(cuda::TensorSlice), cudaMemcpyHostToDevice), "upload");
+  check(cudaMalloc(reinterpret_cast<void**>(&t.local), local.size() * sizeof(cuda::LocalSlice)), "cudaMalloc");
+  check(cudaMemcpy(t.local, local.data(), local.size() * sizeof(cuda::LocalSlice), cudaMemcpyHostToDevice), "upload");
   return t;
 }
 
@@ -237,7 +245,12 @@ int main(int argc, char** argv) {
                 {{"lion_vote_slices (ternary)", 3 * tb + 2 * pb,
                   [&] { return cuda::lion_vote_slices(slices.lion, slices.count, dtype, 0.9, 0.99, pos, neg, nullptr); }},
                  {"apply_vote_slices (+tie)", 2 * tb + 2 * pb,
-                  [&] { return cuda::apply_vote_slices(slices.apply, slices.count, dtype, pos, tie, 1e-4, 0.1, nullptr); }}});
+                  [&] { return cuda::apply_vote_slices(slices.apply, slices.count, dtype, pos, tie, 1e-4, 0.1, nullptr); }},
+                 {"lion_local_slices (N = 1)", 5 * tb,
+                  [&] {
+                    return cuda::lion_local_slices(slices.local, slices.count, dtype, 0.9, 0.99, true, 1e-4, 0.1,
+                                                   nullptr);
+                  }}});
   }
   // Copy buffers for the largest kernel's bytes (half of them copied: read + written).
   double largest = 0;

@@ -463,6 +463,51 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
   }
 }
 
+// A world of one's step in one pass (lion_local_slices) against the CPU's three stages with one rank:
+// lion_vote packs the update's signs, one rank's vote is its own (a majority of one; with ternary votes
+// an element that packed neither bit is a tie), and apply_vote applies it. Every other tensor unaligned;
+// random values include ±0, NaN and inf, so c is 0 or NaN somewhere and the binary/ternary rule shows.
+TEST(CudaSlices, LocalLionStepEqualsOneRanksVoteApplied) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 200003, 5};
+  for (DType dtype : kFloats) {
+    for (bool ternary : {false, true}) {
+      const size_t es = dtype_size(dtype);
+      std::vector<std::vector<uint8_t>> g, m, x;
+      std::vector<std::unique_ptr<DeviceBuffer>> dg, dm, dx;
+      std::vector<cuda::LocalSlice> slices;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        g.push_back(random_values(dtype, sizes[i]));
+        m.push_back(random_values(dtype, sizes[i]));
+        x.push_back(random_values(dtype, sizes[i]));
+        const size_t off = i % 2 ? es : 0;
+        dg.push_back(std::make_unique<DeviceBuffer>(g.back(), off));
+        dm.push_back(std::make_unique<DeviceBuffer>(m.back(), off));
+        dx.push_back(std::make_unique<DeviceBuffer>(x.back(), off));
+        for (size_t first = 0; first < sizes[i]; first += cuda::kSliceElements) {
+          const uint32_t count = uint32_t(std::min<size_t>(cuda::kSliceElements, sizes[i] - first));
+          slices.push_back({static_cast<char*>(dg[i]->get()) + first * es, static_cast<char*>(dm[i]->get()) + first * es,
+                            static_cast<char*>(dx[i]->get()) + first * es, count, uint32_t(i % 2 == 0)});
+        }
+      }
+      DeviceBuffer dslices(slices);
+      finish(cuda::lion_local_slices(static_cast<cuda::LocalSlice*>(dslices.get()), slices.size(), dtype, 0.9, 0.99,
+                                     ternary, 1e-3, 0.1, nullptr));
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const size_t n = sizes[i], nw = words_for(n);
+        auto mi = m[i], xi = x[i];
+        std::vector<uint64_t> pos(nw), neg(nw), tie(nw);
+        lion_vote(g[i].data(), mi.data(), dtype, n, 0.9, 0.99, pos.data(), ternary ? neg.data() : nullptr);
+        for (size_t w = 0; w < nw; ++w) tie[w] = ~(pos[w] | neg[w]);  // voted neither way: a tie of one
+        apply_vote(xi.data(), dtype, n, pos.data(), ternary ? tie.data() : nullptr, 1e-3, 0.1);
+        const std::string what = std::string(ternary ? "ternary" : "binary") + ", tensor " + std::to_string(i);
+        expect_same_elements(dtype, mi, dm[i]->read<uint8_t>(mi.size()), "momentum, " + what);
+        expect_same_elements(dtype, xi, dx[i]->read<uint8_t>(xi.size()), "parameters, " + what);
+      }
+    }
+  }
+}
+
 // The helpers that let an optimizer bucket switch to ternary votes on the device, element by element
 // against the definition: an abstention is an element of a slice with neither bit; binary as ternary
 // keeps pos and sets neg = not pos on the slices' elements, and leaves other words alone.

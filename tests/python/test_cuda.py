@@ -314,6 +314,12 @@ def test_distributed_lion_cuda_equals_the_cpu_step_one_process(dtype, mode, vote
     _lion_cpu_vs_cuda(0, 1, None, dtype, mode, votes)
 
 
+@pytest.mark.parametrize("mode,votes", [("vote", "exact"), ("mean", "binary")])
+def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_one_process(mode, votes):
+    # A world of one steps each tensor with a gradient in one pass (lion_local_slices) and skips the others.
+    _lion_cpu_vs_cuda(0, 1, None, torch.float32, mode, votes, missing=True)
+
+
 @pytest.mark.parametrize("path", ["device", "host"])
 @pytest.mark.parametrize("mode,votes", [("vote", "binary"), ("mean", "ternary"), ("vote", "exact")])
 def test_distributed_lion_cuda_equals_the_cpu_step_4ranks(mode, votes, path):

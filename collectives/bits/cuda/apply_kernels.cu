@@ -97,12 +97,6 @@ __global__ void apply_slices_kernel(const TensorSlice* slices, size_t nslices, D
   }
 }
 
-// lr rounded to the dtype like torch's add_(alpha); the decay factor stays float32 like mul_'s scalar.
-template <class Tr>
-ApplyArgs apply_args(double lr, double wd) {
-  return {float(1.0 - lr * wd), Tr::to_f32(Tr::from_f32(float(lr)))};
-}
-
 template <class Tr, class Delta>
 cudaError_t launch(void* x, size_t n, const Delta& d, double lr, double wd, cudaStream_t stream) {
   const size_t nvec = (n + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>;

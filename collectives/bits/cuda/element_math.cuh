@@ -158,6 +158,12 @@ struct ApplyArgs {
   float lr;
 };
 
+// lr rounded to the dtype like torch's add_(alpha); the decay factor stays float32 like mul_'s scalar.
+template <class Tr>
+inline ApplyArgs apply_args(double lr, double wd) {
+  return {float(1.0 - lr * wd), Tr::to_f32(Tr::from_f32(float(lr)))};
+}
+
 template <class Tr>
 __device__ inline typename Tr::T lion_update(typename Tr::T x, float delta, const ApplyArgs& a) {
   const float x1 = round_to<Tr>(__fmul_rn(widen<Tr>(x), a.factor));
@@ -168,6 +174,10 @@ __device__ inline typename Tr::T lion_update(typename Tr::T x, float delta, cons
 struct LionArgs {
   float beta1, one_minus_beta1, beta2, one_minus_beta2;
 };
+
+inline LionArgs lion_args(double beta1, double beta2) {
+  return {float(beta1), float(1.0 - beta1), float(beta2), float(1.0 - beta2)};
+}
 
 // c = β1·m + (1−β1)·g for the vote, and the new momentum β2·m + (1−β2)·g, rounding like lion_impl.h.
 template <class Tr>

@@ -71,10 +71,6 @@ __global__ void lion_slices_kernel(const TensorSlice* slices, size_t nslices, Li
   }
 }
 
-LionArgs lion_args(double beta1, double beta2) {
-  return {float(beta1), float(1.0 - beta1), float(beta2), float(1.0 - beta2)};
-}
-
 template <class Tr>
 cudaError_t launch(const void* g, void* m, size_t n, const LionArgs& p, uint64_t* pos, uint64_t* neg,
                    cudaStream_t stream) {

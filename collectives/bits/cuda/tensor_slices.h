@@ -24,6 +24,16 @@ struct TensorSlice {
   uint32_t aligned;  // every pointer of the slice is 16-byte aligned (vector access)
 };
 
+// A piece of one tensor for Lion's whole step in one pass (lion_local_slices): its gradient, momentum
+// and parameters, at most kSliceElements long.
+struct LocalSlice {
+  const void* g;
+  void* m;
+  void* x;
+  uint32_t count;    // elements, at most kSliceElements
+  uint32_t aligned;  // g, m and x all 16-byte aligned (vector access)
+};
+
 // slices: a DEVICE array. pos/neg (neg may be null) receive the votes at each slice's words; the
 // words a slice covers are written whole (bits past its last element zero).
 cudaError_t lion_vote_slices(const TensorSlice* slices, size_t nslices, DType dtype, double beta1, double beta2,
@@ -35,6 +45,14 @@ cudaError_t apply_vote_slices(const TensorSlice* slices, size_t nslices, DType d
 cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType dtype, const uint64_t* count,
                               int planes, size_t plane_words, int scale, int64_t offset, int64_t nranks, double lr,
                               double wd, cudaStream_t stream);
+
+// Lion's whole step where the vote is this rank's own (a world of one, or G-Lion's step on averaged
+// gradients): one pass reads g, m and x and writes m and x, with no planes between. The same bits as
+// lion_vote_slices, the vote of one rank and apply_vote_slices: Δ = +1 where c > 0, −1 where c < 0;
+// where c is 0 or NaN, 0 with ternary votes (the rank abstains, a tie) and −1 with binary ones (its 0
+// bit votes −1). With one rank the mean of the votes is the vote, so this serves mode "mean" too.
+cudaError_t lion_local_slices(const LocalSlice* slices, size_t nslices, DType dtype, double beta1, double beta2,
+                              bool ternary, double lr, double wd, cudaStream_t stream);
 
 // Sets *flag (a device int the caller zeroed) to 1 when some element of the slices has neither its +1
 // (pos) nor its −1 (neg) bit set: an element that must abstain.
