@@ -131,11 +131,12 @@ PYBIND11_MODULE(_C, m) {
          const std::vector<std::optional<at::Tensor>>& maybe_grads,
          const std::vector<std::optional<at::Tensor>>& maybe_momenta, double lr, double beta1, double beta2,
          double weight_decay, const std::string& mode, const std::string& votes, int64_t bucket_elements,
-         uint64_t layout_digest, py::object workspace) {
+         uint64_t layout_digest, py::object workspace, int rank) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
         const auto options = sign_options(mode, "binary", "auto");  // the vote kind comes from `votes`
         const auto lion_votes = pride::torch_plugin::parse_lion_votes(votes);
-        const pride::torch_plugin::CallSite site{"DistributedLion", pride != nullptr ? pride->getRank() : 0};
+        // Without a backend (no group, or G-Lion's local step on averaged gradients): the caller's rank.
+        const pride::torch_plugin::CallSite site{"DistributedLion", pride != nullptr ? pride->getRank() : rank};
         TORCH_CHECK_VALUE(bucket_elements > 0, "pride ", site, ": bucket size must be positive");
         const pride::torch_plugin::LionHyper hyper{lr, beta1, beta2, weight_decay};
         // None (no gradient on this rank) becomes an undefined tensor: it abstains.
@@ -151,7 +152,8 @@ PYBIND11_MODULE(_C, m) {
                                         : workspace.cast<std::shared_ptr<pride::torch_plugin::CudaLionWorkspace>>();
           py::gil_scoped_release release;
           return pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
-                                                                 lion_votes, size_t(bucket_elements), layout_digest);
+                                                                 lion_votes, size_t(bucket_elements), layout_digest,
+                                                                 site);
 #else
           TORCH_CHECK_VALUE(false, "pride ", site, ": parameters on ", params[0].device(),
                             ", but this build of pride has no CUDA support");
@@ -159,14 +161,14 @@ PYBIND11_MODULE(_C, m) {
         }
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
         return pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options, lion_votes,
-                                                          size_t(bucket_elements), layout_digest);
+                                                          size_t(bucket_elements), layout_digest, site);
       },
       py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),
       py::arg("beta2"), py::arg("weight_decay"), py::arg("mode"), py::arg("votes"), py::arg("bucket_elements"),
-      py::arg("layout_digest") = 0, py::arg("workspace") = py::none(),
+      py::arg("layout_digest") = 0, py::arg("workspace") = py::none(), py::arg("rank") = 0,
       "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one). "
       "grads/momenta entries may be None (no gradient on this rank: it abstains). Returns False, having "
-      "applied nothing, when the ranks' layout digests differ.");
+      "applied nothing, when the ranks' layout digests differ. rank: the one errors name without a backend.");
 
   // 1-bit Adam's and 0/1 Adam's fused CPU steps (collectives/bits/compressed_adam.h).
   m.def("compressed_adam_fused_supported", &pride::torch_plugin::compressed_adam_fused_supported, py::arg("params"),

@@ -8,8 +8,8 @@ is bracketed by torch.cuda.synchronize(); the median over --steps steps after --
   python perf/bench_dlion_cuda.py --world 4            # 4 ranks sharing the GPU, against 4 x N = 1
   python perf/bench_dlion_cuda.py --device cpu --world 2 --params 1e6   # the same steps on CPU tensors
 
-Reports, per configuration: step ms and host ms (until step() returned: on CUDA the device waits for
-the host until the first kernel is queued), the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
+Reports, per configuration: step ms and host ms (until step() returned: at N = 1 on CUDA the step only
+queues kernels, and the device waits for the host until the first is queued), the ratio to lion-pytorch's Triton step (N = 1), the HBM floor
 (5 passes over the parameters at the copy bandwidth measured in the same run), and the extra device
 memory pride holds per rank (its workspace) against 1/8 of the parameter bytes plus one bucket. With
 --world N > 1 it first times pride's N = 1 step in a process of its own, with the same parameters and
@@ -59,8 +59,9 @@ def time_steps(step, steps, warmup, device="cuda", start=None):
     """(median ms of `steps` calls of step() after `warmup` ones, (wall-clock start, end) of the timed
     calls, median ms until step() returned); start(), when given, is called between the warm-up and
     the timed steps (the sharing baseline's processes wait there for each other). The last figure is
-    host time: on CUDA, a step that only queues kernels returns before they run, and the device is idle
-    until the first one is queued, so host time is the part of the step that no kernel speed removes."""
+    host time. At N = 1 on CUDA a step only queues kernels and returns before they run, with the device
+    idle until the first is queued: the host time bounds the part of the step that no kernel speed
+    removes. With a group it includes the waits for the vote."""
     for _ in range(warmup):
         step()
     synchronize(device)

@@ -102,8 +102,7 @@ void check_step_tensors(const std::vector<at::Tensor>& params, const std::vector
 bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
-                           uint64_t layout_digest) {
-  const CallSite site{"DistributedLion", backend != nullptr ? backend->getRank() : 0};
+                           uint64_t layout_digest, const CallSite& site) {
   check_step_tensors(params, grads, momenta, site);
   if (params.empty()) return true;
   check_cpu_tensor(params[0], site);  // and so every tensor (check_step_tensors: one device)

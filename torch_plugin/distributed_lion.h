@@ -44,10 +44,12 @@ struct LionHyper {
 // tensors (no gradient on this rank); momenta[i] must be defined where grads[i] is.
 // Returns false, having applied nothing, when the ranks' layout digests differ: the caller names the
 // difference (every rank returns false together).
+// site: "DistributedLion" and this rank, named by every error (with no backend, G-Lion's local step
+// included, the caller's rank in its own group).
 bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
-                           uint64_t layout_digest);
+                           uint64_t layout_digest, const CallSite& site);
 
 // The argument checks of both steps (CPU and CUDA): as many gradients and momenta as parameters, a
 // momentum wherever there is a gradient, and every defined tensor dense, contiguous, on params[0]'s

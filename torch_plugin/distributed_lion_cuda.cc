@@ -134,14 +134,15 @@ void local_step(CudaLionWorkspace::Buffers& ws, const std::vector<at::Tensor>& p
   std::copy(slices.begin(), slices.end(), reinterpret_cast<LocalSlice*>(ws.slices_host.data_ptr<int64_t>()));
   C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), ws.slices_host.data_ptr(), table_bytes, cudaMemcpyHostToDevice,
                                  step.stream));
-  check_launch(bits::cuda::lion_local_slices(reinterpret_cast<const LocalSlice*>(ws.slices.data_ptr<int64_t>()),
-                                             slices.size(), step.dtype, step.hyper.beta1, step.hyper.beta2,
-                                             step.votes != LionVotes::kBinary, step.hyper.lr,
-                                             step.hyper.weight_decay, step.stream),
-               step.site, "lion_local");
-  // The pinned table is read by the copy above: the next step waits for this before it rewrites it.
+  const cudaError_t launched = bits::cuda::lion_local_slices(
+      reinterpret_cast<const LocalSlice*>(ws.slices.data_ptr<int64_t>()), slices.size(), step.dtype, step.hyper.beta1,
+      step.hyper.beta2, step.votes != LionVotes::kBinary, step.hyper.lr, step.hyper.weight_decay, step.stream);
+  // The copy above reads the pinned table and the kernel the device one: the next step waits for this
+  // before it rewrites either, from whatever stream it runs on. Recorded even if the launch failed,
+  // since the copy is queued either way.
   if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
   C10_CUDA_CHECK(cudaEventRecord(ws.last_use, step.stream));
+  check_launch(launched, step.site, "lion_local");
 }
 
 // Returns false (nothing applied) when the ranks' layouts differ.
@@ -154,8 +155,8 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
 bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
-                                LionVotes votes, size_t bucket_elements, uint64_t layout_digest) {
-  const CallSite site{"DistributedLion", backend != nullptr ? backend->getRank() : 0};
+                                LionVotes votes, size_t bucket_elements, uint64_t layout_digest,
+                                const CallSite& site) {
   check_step_tensors(params, grads, momenta, site);
   if (params.empty()) return true;
   TORCH_CHECK_VALUE(params[0].is_cuda(), "pride ", site, ": expected CUDA tensors, got ", params[0].device());

@@ -48,6 +48,7 @@ class CudaLionWorkspace {
 bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
-                                LionVotes votes, size_t bucket_elements, uint64_t layout_digest);
+                                LionVotes votes, size_t bucket_elements, uint64_t layout_digest,
+                                const CallSite& site);
 
 }  // namespace pride::torch_plugin

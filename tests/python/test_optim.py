@@ -666,12 +666,12 @@ def test_bucket_agreement_covers_the_sign_calls_own_check(differ):
     run(_bucket_calls_agreed, 3, differ)
 
 
-def _momentum_of_another_model(rank, world, store_path):
+def _momentum_of_another_model(rank, world, store_path, mode):
     from pride.optim import DistributedLion
 
     init_group(rank, world, store_path)
     model = make_model(torch.float32)
-    opt = DistributedLion(model.parameters(), lr=0.01)
+    opt = DistributedLion(model.parameters(), lr=0.01, mode=mode)
     # A checkpoint of another model: torch's load_state_dict checks no shapes, the step's own check does.
     state = opt.state_dict()
     state["state"] = {0: {"exp_avg": torch.zeros(3)}}
@@ -686,5 +686,6 @@ def _momentum_of_another_model(rank, world, store_path):
     dist.destroy_process_group()
 
 
-def test_a_bad_argument_is_named_with_the_rank():
-    run(_momentum_of_another_model, 2, deadline_s=120)
+@pytest.mark.parametrize("mode", ["vote", "global"])  # G-Lion's step has no backend: the rank comes from Python
+def test_a_bad_argument_is_named_with_the_rank(mode):
+    run(_momentum_of_another_model, 2, mode, deadline_s=120)
