@@ -187,8 +187,10 @@ std::vector<uint64_t> random_counter(size_t n, int planes, int64_t max_count) {
 TEST_P(CudaKernels, UnpackMeanMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   for (DType dtype : kFloats) {
-    // 2500 ranks: 12 and 13 planes, past the kernel's shared-memory table (11), so it divides per element.
-    for (int64_t nranks : {1, 3, 4, 7, 12, 2500}) {
+    // Planes 1 to 11 (binary and ternary counts of these N), each of the kernel's instances for a
+    // fixed plane count (1 to kFixedCountPlanes = 8) and the run-time one with its table (9 to 11);
+    // 2500 ranks: 12 and 13 planes, past the shared-memory table, so it divides per element.
+    for (int64_t nranks : {1, 3, 4, 7, 12, 40, 100, 200, 1000, 2500}) {
       for (bool ternary : {false, true}) {
         const int planes = planes_for(ternary ? 2 * nranks : nranks);
         const int scale = ternary ? 1 : 2;

@@ -28,7 +28,9 @@ __global__ void unpack_vote_kernel(const uint32_t* pos32, const uint32_t* tie32,
 }
 
 // The means tabulated in shared memory when there are few planes (element_math.cuh, kMaxMeanTablePlanes).
-template <class Tr>
+// P > 0: exactly P planes (≤ kFixedCountPlanes, so tabulated), read by counts_at_fixed; P == 0: `planes`
+// at run time.
+template <class Tr, int P>
 __global__ void unpack_mean_kernel(const uint32_t* count32, int planes, size_t plane_halves, size_t n,
                                    MeanArgs m, typename Tr::T* y, bool aligned, bool tabulated) {
   using T = typename Tr::T;
@@ -41,10 +43,16 @@ __global__ void unpack_mean_kernel(const uint32_t* count32, int planes, size_t p
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < nvec; i += stride) {
     const size_t first = i * E;
     uint32_t u[E];
-    counts_at<T>(count32, planes, plane_halves, first, u);
     T v[E];
+    if constexpr (P > 0) {
+      counts_at_fixed<T, P>(count32, plane_halves, first, u);
 #pragma unroll
-    for (int k = 0; k < E; ++k) v[k] = tabulated ? table[u[k]] : Tr::from_f32(mean_value(u[k], m));
+      for (int k = 0; k < E; ++k) v[k] = table[u[k]];
+    } else {
+      counts_at<T>(count32, planes, plane_halves, first, u);
+#pragma unroll
+      for (int k = 0; k < E; ++k) v[k] = tabulated ? table[u[k]] : Tr::from_f32(mean_value(u[k], m));
+    }
     store_elements(y, n, first, aligned, v);
   }
 }
@@ -58,13 +66,18 @@ cudaError_t launch_vote(const uint64_t* pos, const uint64_t* tie, size_t n, void
   return cudaGetLastError();
 }
 
-template <class Tr>
+// The kernel for `planes` planes: the instance of that count up to kFixedCountPlanes, else the run-time one.
+template <class Tr, int P = 1>
 cudaError_t launch_mean(const uint64_t* count, int planes, size_t n, const MeanArgs& m, void* y,
                         cudaStream_t stream) {
+  if constexpr (P <= kFixedCountPlanes) {
+    if (planes != P) return launch_mean<Tr, P + 1>(count, planes, n, m, y, stream);
+  }
+  constexpr int kFixed = P <= kFixedCountPlanes ? P : 0;
   const size_t nvec = (n + kVec<typename Tr::T> - 1) / kVec<typename Tr::T>;
   const size_t table_bytes = mean_table_bytes(planes, sizeof(typename Tr::T));
   const bool tabulated = table_bytes != 0;
-  unpack_mean_kernel<Tr><<<grid_for(nvec), kThreads, table_bytes, stream>>>(
+  unpack_mean_kernel<Tr, kFixed><<<grid_for(nvec), kThreads, table_bytes, stream>>>(
       reinterpret_cast<const uint32_t*>(count), planes, 2 * words_for(n), n, m, static_cast<typename Tr::T*>(y),
       aligned16(y), tabulated);
   return cudaGetLastError();
