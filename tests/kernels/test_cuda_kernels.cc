@@ -220,8 +220,9 @@ TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
         finish(cuda::apply_vote(dx.get(), dtype, n, dpos.words(), dtie.words(), 3e-4, wd, nullptr));
         expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()), "apply_vote n=" + std::to_string(n));
       }
-      // 5 ranks: the kernel's shared-memory table of means; 2500 (12 planes): past it, a division each.
-      for (int64_t nranks : {5, 2500}) {
+      // 1 to 1000 ranks: 1 to 10 planes, the instances for a fixed plane count (up to 8) and the
+      // run-time one with its shared-memory table of means; 2500 (12 planes): past it, a division each.
+      for (int64_t nranks : {1, 2, 5, 12, 20, 40, 100, 200, 1000, 2500}) {
         const int planes = planes_for(nranks);
         const auto count = random_counter(n, planes, nranks);
         auto want = x0;

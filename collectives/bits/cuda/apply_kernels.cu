@@ -28,7 +28,9 @@ struct VoteDelta {
   __device__ VoteDelta with_table(float*) const { return *this; }
 };
 
-template <class Tr>
+// P > 0: exactly P count planes (≤ kFixedCountPlanes), read by counts_at_fixed; P == 0: `planes` at
+// run time (counts_at).
+template <class Tr, int P = 0>
 struct MeanDelta {
   const uint32_t* count32;
   int planes;
@@ -38,7 +40,11 @@ struct MeanDelta {
   template <class T>
   __device__ void at(size_t first, float (&delta)[kVec<T>]) const {
     uint32_t u[kVec<T>];
-    counts_at<T>(count32, planes, plane_halves, first, u);
+    if constexpr (P > 0) {
+      counts_at_fixed<T, P>(count32, plane_halves, first, u);
+    } else {
+      counts_at<T>(count32, planes, plane_halves, first, u);
+    }
     // Δ is the mean rounded to the dtype first, as if unpack_mean had produced a delta tensor.
 #pragma unroll
     for (int k = 0; k < kVec<T>; ++k) delta[k] = table ? table[u[k]] : round_to<Tr>(mean_value(u[k], m));
@@ -124,6 +130,17 @@ cudaError_t by_dtype(DType dtype, Fn&& fn) {
   }
 }
 
+// Calls fn(MeanDelta<Tr, P>{...}) with P = planes where a fixed-count instance exists, else P = 0.
+template <class Tr, int P = 1, class Fn>
+cudaError_t with_mean_delta(const uint64_t* count, int planes, size_t plane_halves, const MeanArgs& m, Fn&& fn) {
+  if constexpr (P <= kFixedCountPlanes) {
+    if (planes != P) return with_mean_delta<Tr, P + 1>(count, planes, plane_halves, m, fn);
+    return fn(MeanDelta<Tr, P>{reinterpret_cast<const uint32_t*>(count), planes, plane_halves, m});
+  } else {
+    return fn(MeanDelta<Tr, 0>{reinterpret_cast<const uint32_t*>(count), planes, plane_halves, m});
+  }
+}
+
 }  // namespace
 
 cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr,
@@ -139,9 +156,8 @@ cudaError_t apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, in
   if (n == 0) return cudaSuccess;
   return by_dtype(dtype, [&](auto tr) {
     using Tr = decltype(tr);
-    const MeanDelta<Tr> d{reinterpret_cast<const uint32_t*>(count), planes, 2 * words_for(n),
-                          {scale, offset, float(nranks)}};
-    return launch<Tr>(x, n, d, lr, wd, stream);
+    return with_mean_delta<Tr>(count, planes, 2 * words_for(n), {scale, offset, float(nranks)},
+                               [&](const auto& d) { return launch<Tr>(x, n, d, lr, wd, stream); });
   });
 }
 
@@ -159,9 +175,8 @@ cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType d
   if (nslices == 0) return cudaSuccess;
   return by_dtype(dtype, [&](auto tr) {
     using Tr = decltype(tr);
-    const MeanDelta<Tr> d{reinterpret_cast<const uint32_t*>(count), planes, 2 * plane_words,
-                          {scale, offset, float(nranks)}};
-    return launch_slices<Tr>(slices, nslices, d, lr, wd, stream);
+    return with_mean_delta<Tr>(count, planes, 2 * plane_words, {scale, offset, float(nranks)},
+                               [&](const auto& d) { return launch_slices<Tr>(slices, nslices, d, lr, wd, stream); });
   });
 }
 
