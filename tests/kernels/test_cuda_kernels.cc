@@ -472,40 +472,53 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
 // random values include ±0, NaN and inf, so c is 0 or NaN somewhere and the binary/ternary rule shows.
 TEST(CudaSlices, LocalLionStepEqualsOneRanksVoteApplied) {
   SKIP_WITHOUT_GPU();
+  struct Hyper {
+    double lr, wd, beta1, beta2;
+  };
   const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 200003, 5};
   for (DType dtype : kFloats) {
     for (bool ternary : {false, true}) {
-      const size_t es = dtype_size(dtype);
-      std::vector<std::vector<uint8_t>> g, m, x;
-      std::vector<std::unique_ptr<DeviceBuffer>> dg, dm, dx;
-      std::vector<cuda::LocalSlice> slices;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        g.push_back(random_values(dtype, sizes[i]));
-        m.push_back(random_values(dtype, sizes[i]));
-        x.push_back(random_values(dtype, sizes[i]));
-        const size_t off = i % 2 ? es : 0;
-        dg.push_back(std::make_unique<DeviceBuffer>(g.back(), off));
-        dm.push_back(std::make_unique<DeviceBuffer>(m.back(), off));
-        dx.push_back(std::make_unique<DeviceBuffer>(x.back(), off));
-        for (size_t first = 0; first < sizes[i]; first += cuda::kSliceElements) {
-          const uint32_t count = uint32_t(std::min<size_t>(cuda::kSliceElements, sizes[i] - first));
-          slices.push_back({static_cast<char*>(dg[i]->get()) + first * es, static_cast<char*>(dm[i]->get()) + first * es,
-                            static_cast<char*>(dx[i]->get()) + first * es, count, uint32_t(i % 2 == 0)});
+      for (const Hyper& h : {Hyper{1e-3, 0.1, 0.9, 0.99}, Hyper{0.3, 0.0, 0.5, 0.999}}) {
+        const size_t es = dtype_size(dtype);
+        std::vector<std::vector<uint8_t>> g, m, x;
+        std::vector<std::unique_ptr<DeviceBuffer>> dg, dm, dx;
+        std::vector<cuda::LocalSlice> slices;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          g.push_back(random_values(dtype, sizes[i]));
+          m.push_back(random_values(dtype, sizes[i]));
+          x.push_back(random_values(dtype, sizes[i]));
+          // Every other tensor unaligned, and in tensor 2 only the parameters (the slice's flag is all three's).
+          const size_t off = i % 2 ? es : 0, x_off = i == 2 ? es : off;
+          dg.push_back(std::make_unique<DeviceBuffer>(g.back(), off));
+          dm.push_back(std::make_unique<DeviceBuffer>(m.back(), off));
+          dx.push_back(std::make_unique<DeviceBuffer>(x.back(), x_off));
+          for (size_t first = 0; first < sizes[i]; first += cuda::kSliceElements) {
+            const uint32_t count = uint32_t(std::min<size_t>(cuda::kSliceElements, sizes[i] - first));
+            slices.push_back({static_cast<char*>(dg[i]->get()) + first * es,
+                              static_cast<char*>(dm[i]->get()) + first * es,
+                              static_cast<char*>(dx[i]->get()) + first * es, count, uint32_t(off == 0 && x_off == 0)});
+          }
         }
-      }
-      DeviceBuffer dslices(slices);
-      finish(cuda::lion_local_slices(static_cast<cuda::LocalSlice*>(dslices.get()), slices.size(), dtype, 0.9, 0.99,
-                                     ternary, 1e-3, 0.1, nullptr));
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        const size_t n = sizes[i], nw = words_for(n);
-        auto mi = m[i], xi = x[i];
-        std::vector<uint64_t> pos(nw), neg(nw), tie(nw);
-        lion_vote(g[i].data(), mi.data(), dtype, n, 0.9, 0.99, pos.data(), ternary ? neg.data() : nullptr);
-        for (size_t w = 0; w < nw; ++w) tie[w] = ~(pos[w] | neg[w]);  // voted neither way: a tie of one
-        apply_vote(xi.data(), dtype, n, pos.data(), ternary ? tie.data() : nullptr, 1e-3, 0.1);
-        const std::string what = std::string(ternary ? "ternary" : "binary") + ", tensor " + std::to_string(i);
-        expect_same_elements(dtype, mi, dm[i]->read<uint8_t>(mi.size()), "momentum, " + what);
-        expect_same_elements(dtype, xi, dx[i]->read<uint8_t>(xi.size()), "parameters, " + what);
+        DeviceBuffer dslices(slices);
+        finish(cuda::lion_local_slices(static_cast<cuda::LocalSlice*>(dslices.get()), slices.size(), dtype, h.beta1,
+                                       h.beta2, ternary, h.lr, h.wd, nullptr));
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const size_t n = sizes[i], nw = words_for(n);
+          auto mi = m[i], xi = x[i];
+          std::vector<uint64_t> pos(nw), neg(nw), tie(nw);
+          lion_vote(g[i].data(), mi.data(), dtype, n, h.beta1, h.beta2, pos.data(), ternary ? neg.data() : nullptr);
+          for (size_t w = 0; w < nw; ++w) tie[w] = ~(pos[w] | neg[w]);  // voted neither way: a tie of one
+          apply_vote(xi.data(), dtype, n, pos.data(), ternary ? tie.data() : nullptr, h.lr, h.wd);
+          const std::string what = std::string(ternary ? "ternary" : "binary") + " lr " + std::to_string(h.lr) +
+                                   ", tensor " + std::to_string(i);
+          // Read 16 bytes past each tensor too: the poison there must be untouched.
+          const auto got_m = dm[i]->read<uint8_t>(mi.size() + 16), got_x = dx[i]->read<uint8_t>(xi.size() + 16);
+          expect_same_elements(dtype, mi, std::vector<uint8_t>(got_m.begin(), got_m.end() - 16), "momentum, " + what);
+          expect_same_elements(dtype, xi, std::vector<uint8_t>(got_x.begin(), got_x.end() - 16), "parameters, " + what);
+          const std::vector<uint8_t> poison(16, 0xA5);
+          EXPECT_EQ(std::vector<uint8_t>(got_m.end() - 16, got_m.end()), poison) << "past the momentum, " << what;
+          EXPECT_EQ(std::vector<uint8_t>(got_x.end() - 16, got_x.end()), poison) << "past the parameters, " << what;
+        }
       }
     }
   }
