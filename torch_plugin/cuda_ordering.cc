@@ -7,19 +7,13 @@
 namespace pride::torch_plugin {
 
 CudaOrdering::CudaOrdering(c10::Device device, c10::cuda::CUDAStream internal)
-    : device_(device), internal_(internal) {
+    : device_(device), internal_(internal), ready_(device.index()), end_(device.index()) {
   c10::cuda::CUDAGuard guard(device_);
-  C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  C10_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
-  C10_CUDA_CHECK(cudaEventRecord(ready_, c10::cuda::getCurrentCUDAStream(device_.index()).stream()));
+  C10_CUDA_CHECK(cudaEventRecord(ready_.get(), c10::cuda::getCurrentCUDAStream(device_.index()).stream()));
 }
 
-CudaOrdering::~CudaOrdering() {
-  c10::cuda::CUDAGuard guard(device_);
-  // Destroying a recorded event is safe: CUDA releases it once the stream has passed it.
-  if (ready_) cudaEventDestroy(ready_);
-  if (end_) cudaEventDestroy(end_);
-}
+// The events go back to their pool (cuda_event_pool.h), pending or not.
+CudaOrdering::~CudaOrdering() = default;
 
 void CudaOrdering::use_on_internal_stream(const at::Tensor& t) {
   if (t.defined() && t.is_cuda() && t.storage().data_ptr().get() != nullptr) {
@@ -29,30 +23,30 @@ void CudaOrdering::use_on_internal_stream(const at::Tensor& t) {
 
 void CudaOrdering::enter() {
   c10::cuda::CUDAGuard guard(device_);
-  C10_CUDA_CHECK(cudaStreamWaitEvent(internal_.stream(), ready_, 0));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(internal_.stream(), ready_.get(), 0));
 }
 
 void CudaOrdering::finish() {
   c10::cuda::CUDAGuard guard(device_);
-  C10_CUDA_CHECK(cudaEventRecord(end_, internal_.stream()));
+  C10_CUDA_CHECK(cudaEventRecord(end_.get(), internal_.stream()));
   finished_.store(true, std::memory_order_release);
 }
 
 void CudaOrdering::wait_finished_on_host() {
-  if (finished_.load(std::memory_order_acquire)) C10_CUDA_CHECK(cudaEventSynchronize(end_));
+  if (finished_.load(std::memory_order_acquire)) C10_CUDA_CHECK(cudaEventSynchronize(end_.get()));
 }
 
 void CudaOrdering::block_current_stream() {
   // A failed operation never recorded its end; there is nothing to wait for on the device then.
   if (!finished_.load(std::memory_order_acquire)) return;
   c10::cuda::CUDAGuard guard(device_);
-  C10_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_.index()).stream(), end_, 0));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_.index()).stream(), end_.get(), 0));
 }
 
 bool CudaOrdering::done() {
   if (!finished_.load(std::memory_order_acquire)) return false;
   c10::cuda::CUDAGuard guard(device_);
-  const cudaError_t status = cudaEventQuery(end_);
+  const cudaError_t status = cudaEventQuery(end_.get());
   if (status == cudaErrorNotReady) {
     (void)cudaGetLastError();  // not an error: clear it
     return false;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <functional>
 
+#include "torch_plugin/cuda_event_pool.h"
 #include "torch_plugin/device_completion.h"
 
 namespace pride::torch_plugin {
@@ -50,8 +51,8 @@ class CudaOrdering final : public DeviceCompletion {
  private:
   c10::Device device_;
   c10::cuda::CUDAStream internal_;
-  cudaEvent_t ready_ = nullptr;
-  cudaEvent_t end_ = nullptr;
+  PooledCudaEvent ready_;  // recorded on the caller's stream at issue
+  PooledCudaEvent end_;    // recorded on pride's stream after the operation
   std::atomic<bool> finished_{false};
 };
 

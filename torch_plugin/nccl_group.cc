@@ -9,6 +9,7 @@
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "torch_plugin/cuda_event_pool.h"
 
 namespace pride::torch_plugin {
 namespace {
@@ -25,19 +26,15 @@ std::string gpu_uuid(c10::Device device) {
   return hex;
 }
 
-// An event recorded after the NCCL group on its stream, destroyed with the call.
+// An event recorded after the NCCL group on its stream, back to the pool with the call.
 class EndEvent {
  public:
-  explicit EndEvent(cudaStream_t stream) {
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    C10_CUDA_CHECK(cudaEventRecord(event_, stream));
+  EndEvent(c10::DeviceIndex device, cudaStream_t stream) : event_(device) {
+    C10_CUDA_CHECK(cudaEventRecord(event_.get(), stream));
   }
-  ~EndEvent() { cudaEventDestroy(event_); }
-  EndEvent(const EndEvent&) = delete;
-  EndEvent& operator=(const EndEvent&) = delete;
   // true when reached; a CUDA error other than "not ready" is returned in *error.
   bool reached(std::string* error) const {
-    const cudaError_t status = cudaEventQuery(event_);
+    const cudaError_t status = cudaEventQuery(event_.get());
     if (status == cudaSuccess) return true;
     (void)cudaGetLastError();  // "not ready" is no error: clear it
     if (status != cudaErrorNotReady) *error = cudaGetErrorString(status);
@@ -45,7 +42,7 @@ class EndEvent {
   }
 
  private:
-  cudaEvent_t event_ = nullptr;
+  PooledCudaEvent event_;
 };
 
 }  // namespace
@@ -150,7 +147,7 @@ void NcclCall::run(const char* what, const std::function<void(NcclComm&, cudaStr
   c_.wait_external(what, [&nccl] { return nccl.ready(); }, failure, give_up);
   std::unique_ptr<EndEvent> end_event;
   try {
-    end_event = std::make_unique<EndEvent>(stream_);
+    end_event = std::make_unique<EndEvent>(device_.index(), stream_);
   } catch (const std::exception& e) {
     nccl.abort();
     c_.fail(e.what());
