@@ -2,6 +2,7 @@
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
 
 #include <mutex>
 #include <vector>
@@ -28,6 +29,7 @@ EventPool& pool() {
 }  // namespace
 
 PooledCudaEvent::PooledCudaEvent(c10::DeviceIndex device) : device_(device) {
+  TORCH_CHECK(device >= 0, "pride: a CUDA event needs a device index, got ", int(device));
   {
     EventPool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
@@ -52,8 +54,13 @@ PooledCudaEvent::~PooledCudaEvent() {
       return;
     }
   }
-  c10::cuda::CUDAGuard guard(device_);
-  (void)cudaEventDestroy(event_);  // a destructor: nothing to report an error to
+  // On its device, as torch destroys its events; a destructor has nowhere to report an error, and the
+  // guard's cudaSetDevice may throw (at exit, the runtime gone): then the event is left to the driver.
+  try {
+    c10::cuda::CUDAGuard guard(device_);
+    (void)cudaEventDestroy(event_);
+  } catch (...) {
+  }
 }
 
 }  // namespace pride::torch_plugin

@@ -220,9 +220,9 @@ TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
         finish(cuda::apply_vote(dx.get(), dtype, n, dpos.words(), dtie.words(), 3e-4, wd, nullptr));
         expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()), "apply_vote n=" + std::to_string(n));
       }
-      // 1 to 1000 ranks: 1 to 10 planes, the instances for a fixed plane count (up to 8) and the
+      // 1 to 1500 ranks: 1 to 11 planes, the instances for a fixed plane count (up to 8) and the
       // run-time one with its shared-memory table of means; 2500 (12 planes): past it, a division each.
-      for (int64_t nranks : {1, 2, 5, 12, 20, 40, 100, 200, 1000, 2500}) {
+      for (int64_t nranks : {1, 2, 5, 12, 20, 40, 100, 200, 300, 1000, 1500, 2500}) {
         const int planes = planes_for(nranks);
         const auto count = random_counter(n, planes, nranks);
         auto want = x0;
@@ -437,14 +437,19 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
     finish(cuda::lion_vote_slices(static_cast<cuda::TensorSlice*>(dlion.get()), lion.size(), dtype, 0.9, 0.99,
                                   dpos.words(), dneg.words(), nullptr));
     const auto pos = dpos.read<uint64_t>(W), neg = dneg.read<uint64_t>(W);
-    const int64_t nranks = 3;
-    const int planes = planes_for(nranks);
-    const auto count = random_counter(total, planes, nranks);
-    DeviceBuffer dcount(count);
     finish(cuda::apply_vote_slices(static_cast<cuda::TensorSlice*>(dapply.get()), apply.size(), dtype, dpos.words(),
                                    dneg.words(), 1e-3, 0.1, nullptr));
-    finish(cuda::apply_mean_slices(static_cast<cuda::TensorSlice*>(dapply.get()), apply.size(), dtype, dcount.words(),
-                                   planes, W, 2, nranks, nranks, 1e-3, 0.1, nullptr));
+    // Then three means in turn: 2 planes (an instance for a fixed count), 9 (the run-time one with its
+    // table of means) and 12 (past the table: a division each).
+    const std::vector<int64_t> mean_ranks = {3, 300, 2500};
+    std::vector<std::vector<uint64_t>> counts;
+    for (int64_t nranks : mean_ranks) {
+      const int planes = planes_for(nranks);
+      counts.push_back(random_counter(total, planes, nranks));
+      DeviceBuffer dcount(counts.back());
+      finish(cuda::apply_mean_slices(static_cast<cuda::TensorSlice*>(dapply.get()), apply.size(), dtype,
+                                     dcount.words(), planes, W, 2, nranks, nranks, 1e-3, 0.1, nullptr));
+    }
     for (size_t i = 0; i < sizes.size(); ++i) {
       const size_t n = sizes[i], w0 = starts[i] / 64, nw = words_for(n);
       auto mi = m[i];
@@ -453,14 +458,18 @@ TEST(CudaSlices, LionVoteAndApplyOverManyTensorsMatchTheCpu) {
       expect_same_elements(dtype, mi, dm[i]->read<uint8_t>(mi.size()), "momentum of tensor " + std::to_string(i));
       EXPECT_EQ(std::vector<uint64_t>(pos.begin() + long(w0), pos.begin() + long(w0 + nw)), p) << "tensor " << i;
       EXPECT_EQ(std::vector<uint64_t>(neg.begin() + long(w0), neg.begin() + long(w0 + nw)), q) << "tensor " << i;
-      // Apply: vote from the slices' own pos/neg planes as +1 plane and tie plane, then the mean.
+      // Apply: vote from the slices' own pos/neg planes as +1 plane and tie plane, then the means.
       auto xi = x[i];
       apply_vote(xi.data(), dtype, n, p.data(), q.data(), 1e-3, 0.1);
-      std::vector<uint64_t> piece(size_t(planes) * nw);
-      for (int k = 0; k < planes; ++k) {
-        std::copy_n(count.begin() + long(size_t(k) * W + w0), nw, piece.begin() + long(size_t(k) * nw));
+      for (size_t c = 0; c < mean_ranks.size(); ++c) {
+        const int64_t nranks = mean_ranks[c];
+        const int planes = planes_for(nranks);
+        std::vector<uint64_t> piece(size_t(planes) * nw);
+        for (int k = 0; k < planes; ++k) {
+          std::copy_n(counts[c].begin() + long(size_t(k) * W + w0), nw, piece.begin() + long(size_t(k) * nw));
+        }
+        apply_mean(xi.data(), dtype, n, piece.data(), planes, 2, nranks, nranks, 1e-3, 0.1);
       }
-      apply_mean(xi.data(), dtype, n, piece.data(), planes, 2, nranks, nranks, 1e-3, 0.1);
       expect_same_elements(dtype, xi, dx[i]->read<uint8_t>(xi.size()), "parameters of tensor " + std::to_string(i));
     }
   }
