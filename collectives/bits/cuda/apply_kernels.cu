@@ -119,17 +119,6 @@ cudaError_t launch_slices(const TensorSlice* slices, size_t nslices, const Delta
   return cudaGetLastError();
 }
 
-// Calls fn(Tr{}) with the traits of dtype (float types only).
-template <class Fn>
-cudaError_t by_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32: return fn(F32{});
-    case DType::kBFloat16: return fn(BF16{});
-    case DType::kFloat16: return fn(F16{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 // Calls fn(MeanDelta<Tr, P>{...}) with P = planes where a fixed-count instance exists, else P = 0.
 template <class Tr, int P = 1, class Fn>
 cudaError_t with_mean_delta(const uint64_t* count, int planes, size_t plane_halves, const MeanArgs& m, Fn&& fn) {
@@ -147,14 +136,14 @@ cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, cons
                        double wd, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const VoteDelta d{reinterpret_cast<const uint32_t*>(pos), reinterpret_cast<const uint32_t*>(tie)};
-  return by_dtype(dtype, [&](auto tr) { return launch<decltype(tr)>(x, n, d, lr, wd, stream); });
+  return with_float_traits(dtype, [&](auto tr) { return launch<decltype(tr)>(x, n, d, lr, wd, stream); });
 }
 
 cudaError_t apply_mean(void* x, DType dtype, size_t n, const uint64_t* count, int planes, int scale, int64_t offset,
                        int64_t nranks, double lr, double wd, cudaStream_t stream) {
   if (planes < 1 || planes > 32 || nranks < 1) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  return by_dtype(dtype, [&](auto tr) {
+  return with_float_traits(dtype, [&](auto tr) {
     using Tr = decltype(tr);
     return with_mean_delta<Tr>(count, planes, 2 * words_for(n), {scale, offset, float(nranks)},
                                [&](const auto& d) { return launch<Tr>(x, n, d, lr, wd, stream); });
@@ -165,7 +154,9 @@ cudaError_t apply_vote_slices(const TensorSlice* slices, size_t nslices, DType d
                               const uint64_t* tie, double lr, double wd, cudaStream_t stream) {
   if (nslices == 0) return cudaSuccess;
   const VoteDelta d{reinterpret_cast<const uint32_t*>(pos), reinterpret_cast<const uint32_t*>(tie)};
-  return by_dtype(dtype, [&](auto tr) { return launch_slices<decltype(tr)>(slices, nslices, d, lr, wd, stream); });
+  return with_float_traits(dtype, [&](auto tr) {
+    return launch_slices<decltype(tr)>(slices, nslices, d, lr, wd, stream);
+  });
 }
 
 cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType dtype, const uint64_t* count,
@@ -173,7 +164,7 @@ cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType d
                               double wd, cudaStream_t stream) {
   if (planes < 1 || planes > 32 || nranks < 1) return cudaErrorInvalidValue;
   if (nslices == 0) return cudaSuccess;
-  return by_dtype(dtype, [&](auto tr) {
+  return with_float_traits(dtype, [&](auto tr) {
     using Tr = decltype(tr);
     return with_mean_delta<Tr>(count, planes, 2 * plane_words, {scale, offset, float(nranks)},
                                [&](const auto& d) { return launch_slices<Tr>(slices, nslices, d, lr, wd, stream); });

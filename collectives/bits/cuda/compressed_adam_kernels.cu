@@ -135,57 +135,38 @@ cudaError_t launch_apply(const float* mean, const float* v, float* m, void* pv, 
   return cudaGetLastError();
 }
 
-// One of the three float dtypes' instantiations, or an error for the others.
-template <class F32Fn, class BF16Fn, class F16Fn>
-cudaError_t by_dtype(DType dtype, F32Fn f32, BF16Fn bf16, F16Fn f16) {
-  switch (dtype) {
-    case DType::kFloat32: return f32();
-    case DType::kBFloat16: return bf16();
-    case DType::kFloat16: return f16();
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t zero_one_adam_local_step(void* p, const void* g, DType dtype, float* m, const float* v, float* acc,
                                      size_t n, const AdamLocalStep& step, float* scaled, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const AdamLocalParams a = detail::adam_local_params(step);
-  return by_dtype(
-      dtype, [&] { return launch_local<F32>(p, g, m, v, acc, n, a, scaled, stream); },
-      [&] { return launch_local<BF16>(p, g, m, v, acc, n, a, scaled, stream); },
-      [&] { return launch_local<F16>(p, g, m, v, acc, n, a, scaled, stream); });
+  return with_float_traits(dtype, [&](auto tr) {
+    return launch_local<decltype(tr)>(p, g, m, v, acc, n, a, scaled, stream);
+  });
 }
 
 cudaError_t zero_one_adam_sync(const float* mean, const float* v, float* m, float* anchor, float* acc, void* p,
                                DType dtype, size_t n, const AdamSync& sync, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const AdamSyncParams s = detail::adam_sync_params(sync);
-  return by_dtype(
-      dtype, [&] { return launch_sync<F32>(mean, v, m, anchor, acc, p, n, s, stream); },
-      [&] { return launch_sync<BF16>(mean, v, m, anchor, acc, p, n, s, stream); },
-      [&] { return launch_sync<F16>(mean, v, m, anchor, acc, p, n, s, stream); });
+  return with_float_traits(dtype, [&](auto tr) {
+    return launch_sync<decltype(tr)>(mean, v, m, anchor, acc, p, n, s, stream);
+  });
 }
 
 cudaError_t onebit_adam_momentum(const void* g, DType dtype, float* m, size_t n, double beta1, float* out,
                                  cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const float weight = static_cast<float>(1.0 - beta1);
-  return by_dtype(
-      dtype, [&] { return launch_momentum<F32>(g, m, out, n, weight, stream); },
-      [&] { return launch_momentum<BF16>(g, m, out, n, weight, stream); },
-      [&] { return launch_momentum<F16>(g, m, out, n, weight, stream); });
+  return with_float_traits(dtype, [&](auto tr) { return launch_momentum<decltype(tr)>(g, m, out, n, weight, stream); });
 }
 
 cudaError_t onebit_adam_apply(const float* mean, const float* v, float* m, void* p, DType dtype, size_t n,
                               const AdamApply& apply, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const AdamApplyParams a = detail::adam_apply_params(apply);
-  return by_dtype(
-      dtype, [&] { return launch_apply<F32>(mean, v, m, p, n, a, stream); },
-      [&] { return launch_apply<BF16>(mean, v, m, p, n, a, stream); },
-      [&] { return launch_apply<F16>(mean, v, m, p, n, a, stream); });
+  return with_float_traits(dtype, [&](auto tr) { return launch_apply<decltype(tr)>(mean, v, m, p, n, a, stream); });
 }
 
 }  // namespace pride::bits::cuda

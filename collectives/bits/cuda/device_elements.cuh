@@ -77,6 +77,18 @@ __device__ inline uint32_t lane_bits(const uint32_t* plane32, size_t first) {
   return (plane32[first / 32] >> (first % 32)) & ((kVec<T> == 32 ? 0u : (1u << kVec<T>)) - 1u);
 }
 
+// Calls fn(Tr{}) with the element traits of a floating-point dtype, the optimizer's dtypes, and returns
+// what it returns; any other dtype is cudaErrorInvalidValue.
+template <class Fn>
+cudaError_t with_float_traits(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(F32{});
+    case DType::kBFloat16: return fn(BF16{});
+    case DType::kFloat16: return fn(F16{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Blocks for a grid-stride loop over `items` work items of one thread each: enough to fill the GPU

@@ -94,24 +94,15 @@ cudaError_t lion_vote(const void* g, void* m, DType dtype, size_t n, double beta
                       uint64_t* neg, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const LionArgs p = lion_args(beta1, beta2);
-  switch (dtype) {
-    case DType::kFloat32: return launch<F32>(g, m, n, p, pos, neg, stream);
-    case DType::kBFloat16: return launch<BF16>(g, m, n, p, pos, neg, stream);
-    case DType::kFloat16: return launch<F16>(g, m, n, p, pos, neg, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_float_traits(dtype, [&](auto tr) { return launch<decltype(tr)>(g, m, n, p, pos, neg, stream); });
 }
 
 cudaError_t lion_vote_slices(const TensorSlice* slices, size_t nslices, DType dtype, double beta1, double beta2,
                              uint64_t* pos, uint64_t* neg, cudaStream_t stream) {
   if (nslices == 0) return cudaSuccess;
   const LionArgs p = lion_args(beta1, beta2);
-  switch (dtype) {
-    case DType::kFloat32: return launch_slices<F32>(slices, nslices, p, pos, neg, stream);
-    case DType::kBFloat16: return launch_slices<BF16>(slices, nslices, p, pos, neg, stream);
-    case DType::kFloat16: return launch_slices<F16>(slices, nslices, p, pos, neg, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_float_traits(dtype,
+                           [&](auto tr) { return launch_slices<decltype(tr)>(slices, nslices, p, pos, neg, stream); });
 }
 
 }  // namespace pride::bits::cuda

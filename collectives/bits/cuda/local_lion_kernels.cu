@@ -69,12 +69,8 @@ cudaError_t lion_local_slices(const LocalSlice* slices, size_t nslices, DType dt
                               bool ternary, double lr, double wd, cudaStream_t stream) {
   if (nslices == 0) return cudaSuccess;
   const LionArgs p = lion_args(beta1, beta2);
-  switch (dtype) {
-    case DType::kFloat32: return launch<F32>(slices, nslices, p, lr, wd, ternary, stream);
-    case DType::kBFloat16: return launch<BF16>(slices, nslices, p, lr, wd, ternary, stream);
-    case DType::kFloat16: return launch<F16>(slices, nslices, p, lr, wd, ternary, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_float_traits(
+      dtype, [&](auto tr) { return launch<decltype(tr)>(slices, nslices, p, lr, wd, ternary, stream); });
 }
 
 }  // namespace pride::bits::cuda

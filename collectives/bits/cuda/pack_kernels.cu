@@ -75,12 +75,7 @@ cudaError_t launch(const void* x, size_t n, uint64_t* pos, uint64_t* neg, cudaSt
 template <bool kTernary>
 cudaError_t pack(const void* x, DType dtype, size_t n, uint64_t* pos, uint64_t* neg, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::kFloat32: return launch<F32, kTernary>(x, n, pos, neg, stream);
-    case DType::kBFloat16: return launch<BF16, kTernary>(x, n, pos, neg, stream);
-    case DType::kFloat16: return launch<F16, kTernary>(x, n, pos, neg, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_float_traits(dtype, [&](auto tr) { return launch<decltype(tr), kTernary>(x, n, pos, neg, stream); });
 }
 
 }  // namespace
