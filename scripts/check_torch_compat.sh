@@ -51,22 +51,12 @@ for p in "${PIP_PACKAGES[@]}"; do
     *) requirements+=("$p") ;;
   esac
 done
-installed() {  # exit 0 when every "name==version" (or bare name) given is installed at that version
-  "$py" - "$@" <<'PYEOF' 2>/dev/null
-import sys, importlib.metadata as md
-for spec in sys.argv[1:]:
-    name, _, ver = spec.partition("==")
-    if ver and md.version(name).split("+")[0] != ver:
-        sys.exit(1)
-    md.version(name)
-PYEOF
-}
-if ! installed "${requirements[@]}"; then
+if ! pride_pip_installed "$py" "${requirements[@]}"; then
   echo "check_torch_compat: installing torch==$version and the test requirements"
   PIP_CONSTRAINT=/dev/null "$py" -m pip install -q --disable-pip-version-check "${requirements[@]}" >"$dir/pip.log" 2>&1 ||
     { tail -20 "$dir/pip.log"; exit 1; }
 fi
-if ! installed "${frameworks[@]}"; then
+if ! pride_pip_installed "$py" "${frameworks[@]}"; then
   echo "check_torch_compat: installing ${frameworks[*]}"
   for p in "${frameworks[@]}"; do
     PIP_CONSTRAINT=/dev/null "$py" -m pip install -q --disable-pip-version-check "torch==$version" "$p" >>"$dir/pip.log" 2>&1 ||

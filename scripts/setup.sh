@@ -34,15 +34,20 @@ if [ ! -x "$PRIDE_PY" ]; then
   echo "setup: creating venv $PRIDE_VENV"
   python3 -m venv "$PRIDE_VENV"
 fi
-if ! "$PRIDE_PY" - "${PIP_PACKAGES[@]}" <<'PYEOF' 2>/dev/null
+# pride_pip_installed PYTHON SPEC...: exit 0 when every "name==version" (or bare name) is installed in
+# PYTHON's environment at that version (a local suffix such as +cu130 ignored). check_torch_compat.sh uses it too.
+pride_pip_installed() {
+  local python="$1"; shift
+  "$python" - "$@" <<'PYEOF' 2>/dev/null
 import sys, importlib.metadata as md
 for spec in sys.argv[1:]:
     name, _, ver = spec.partition("==")
-    have = md.version(name)
+    have = md.version(name)  # raises, so exits non-zero, when the package is missing
     if ver and have.split("+")[0] != ver:
         sys.exit(1)
 PYEOF
-then
+}
+if ! pride_pip_installed "$PRIDE_PY" "${PIP_PACKAGES[@]}"; then
   echo "setup: installing Python packages into $PRIDE_VENV (torch comes from local wheels)"
   pip_log="$(mktemp)"
   if ! "$PRIDE_PY" -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" >"$pip_log" 2>&1; then
