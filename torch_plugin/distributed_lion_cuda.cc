@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <optional>
 #include <tuple>
 
@@ -38,13 +39,23 @@ struct CudaLionWorkspace::Buffers {
   std::vector<cudaEvent_t> voted;        // per bucket: its result planes are written (on vote_stream)
   c10::DeviceIndex device = -1;
 
+  // A world of one's slice table as last copied to `slices`: a step with the same one (the same tensors,
+  // the gradients at the same addresses, as the caching allocator gives them back step after step)
+  // launches on the device table as it stands, without copying it again or waiting for the last step.
+  std::vector<bits::cuda::LocalSlice> local_table;
+
   ~Buffers() {
     if (device < 0) return;
-    c10::cuda::CUDAGuard guard(device);
-    if (last_use) cudaEventSynchronize(last_use);
-    if (last_use) cudaEventDestroy(last_use);
-    for (cudaEvent_t e : packed) cudaEventDestroy(e);
-    for (cudaEvent_t e : voted) cudaEventDestroy(e);
+    // A destructor has nowhere to report an error, and the guard's cudaSetDevice may throw when the
+    // CUDA runtime is gone (a workspace freed at exit): then the events are left to the driver.
+    try {
+      c10::cuda::CUDAGuard guard(device);
+      if (last_use) cudaEventSynchronize(last_use);
+      if (last_use) cudaEventDestroy(last_use);
+      for (cudaEvent_t e : packed) cudaEventDestroy(e);
+      for (cudaEvent_t e : voted) cudaEventDestroy(e);
+    } catch (...) {
+    }
   }
 };
 
@@ -127,15 +138,30 @@ void local_step(CudaLionWorkspace::Buffers& ws, const std::vector<at::Tensor>& p
       slices.push_back({g, m, x, count, uint32_t(aligned16(g) && aligned16(m) && aligned16(x))});
     }
   }
-  if (slices.empty()) return;
-  const size_t table_bytes = slices.size() * sizeof(LocalSlice);
-  ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, word_options(at::kCPU, /*pinned=*/true));
-  ensure_words(ws.slices, round_up(table_bytes, 8) / 8, params[0].options().dtype(at::kLong));
-  std::copy(slices.begin(), slices.end(), reinterpret_cast<LocalSlice*>(ws.slices_host.data_ptr<int64_t>()));
-  C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), ws.slices_host.data_ptr(), table_bytes, cudaMemcpyHostToDevice,
-                                 step.stream));
+  const size_t nslices = slices.size();
+  if (nslices == 0) return;
+  static_assert(std::has_unique_object_representations_v<LocalSlice>, "tables are compared byte for byte");
+  const size_t table_bytes = nslices * sizeof(LocalSlice);
+  const bool same_table = ws.last_use != nullptr && ws.local_table.size() == nslices &&
+                          std::memcmp(ws.local_table.data(), slices.data(), table_bytes) == 0;
+  if (same_table) {
+    // The device table is this step's already; only its copy must be done before the kernel reads it,
+    // which the stream orders when the caller's stream is the last step's, and this wait when not.
+    C10_CUDA_CHECK(cudaStreamWaitEvent(step.stream, ws.last_use, 0));
+  } else {
+    // The last step is done with both tables (its copy read the pinned one, its kernel the device one)
+    // before either is replaced or rewritten.
+    if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
+    ws.local_table.clear();  // until the copy below is queued: a failure leaves no table to trust
+    ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, word_options(at::kCPU, /*pinned=*/true));
+    ensure_words(ws.slices, round_up(table_bytes, 8) / 8, params[0].options().dtype(at::kLong));
+    std::copy(slices.begin(), slices.end(), reinterpret_cast<LocalSlice*>(ws.slices_host.data_ptr<int64_t>()));
+    C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), ws.slices_host.data_ptr(), table_bytes,
+                                   cudaMemcpyHostToDevice, step.stream));
+    ws.local_table = std::move(slices);
+  }
   const cudaError_t launched = bits::cuda::lion_local_slices(
-      reinterpret_cast<const LocalSlice*>(ws.slices.data_ptr<int64_t>()), slices.size(), step.dtype, step.hyper.beta1,
+      reinterpret_cast<const LocalSlice*>(ws.slices.data_ptr<int64_t>()), nslices, step.dtype, step.hyper.beta1,
       step.hyper.beta2, step.votes != LionVotes::kBinary, step.hyper.lr, step.hyper.weight_decay, step.stream);
   // The copy above reads the pinned table and the kernel the device one: the next step waits for this
   // before it rewrites either, from whatever stream it runs on. Recorded even if the launch failed,
@@ -181,13 +207,15 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                                                                                                   : nullptr,
                       site};
   const size_t elem = bits::dtype_size(step.dtype);
-  // The last step is done with the pinned buffers (and its copies back to the GPU, which nothing else
-  // waits for): this must stay before ensure_words below, which may free and replace them.
-  if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
   if (backend == nullptr) {
     local_step(ws, params, grads, momenta, step);
     return true;
   }
+  // The last step is done with the pinned buffers (and its copies back to the GPU, which nothing else
+  // waits for): this must stay before ensure_words below, which may free and replace them. The slice
+  // tables are rewritten below, so a world of one's next step copies its own again.
+  if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
+  ws.local_table.clear();
 
   // Layout: every tensor starts on a word of the flat index space; buckets are word-aligned ranges.
   std::vector<size_t> starts;

@@ -222,15 +222,20 @@ TEST_P(CudaKernels, ApplyVoteAndMeanMatchTheCpu) {
       }
       // 1 to 1500 ranks: 1 to 11 planes, the instances for a fixed plane count (up to 8) and the
       // run-time one with its shared-memory table of means; 2500 (12 planes): past it, a division each.
+      // Binary counts (scale 2: the mean is 2u/N - 1) and ternary ones (scale 1, counts to 2N: u/N - 1).
       for (int64_t nranks : {1, 2, 5, 12, 20, 40, 100, 200, 300, 1000, 1500, 2500}) {
-        const int planes = planes_for(nranks);
-        const auto count = random_counter(n, planes, nranks);
-        auto want = x0;
-        apply_mean(want.data(), dtype, n, count.data(), planes, 2, nranks, nranks, 1e-3, 0.01);
-        DeviceBuffer dx(x0, offset(dtype)), dc(count);
-        finish(cuda::apply_mean(dx.get(), dtype, n, dc.words(), planes, 2, nranks, nranks, 1e-3, 0.01, nullptr));
-        expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()),
-                             "apply_mean N=" + std::to_string(nranks) + " n=" + std::to_string(n));
+        for (bool ternary : {false, true}) {
+          const int64_t most = ternary ? 2 * nranks : nranks;
+          const int planes = planes_for(most), scale = ternary ? 1 : 2;
+          const auto count = random_counter(n, planes, most);
+          auto want = x0;
+          apply_mean(want.data(), dtype, n, count.data(), planes, scale, nranks, nranks, 1e-3, 0.01);
+          DeviceBuffer dx(x0, offset(dtype)), dc(count);
+          finish(cuda::apply_mean(dx.get(), dtype, n, dc.words(), planes, scale, nranks, nranks, 1e-3, 0.01, nullptr));
+          expect_same_elements(dtype, want, dx.read<uint8_t>(want.size()),
+                               std::string(ternary ? "ternary" : "binary") + " apply_mean N=" + std::to_string(nranks) +
+                                   " n=" + std::to_string(n));
+        }
       }
     }
   }

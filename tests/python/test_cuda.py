@@ -395,26 +395,38 @@ def test_lion_cub_l1_l0_on_cuda_follow_the_authors_formula_and_replicas_agree_3r
     run(_lion_cub_scaled_on_cuda, 3, kind, deadline_s=240)
 
 
-def _global_mode(rank, world_size, store_path):
+def _global_mode(rank, world_size, store_path, dtype, side_stream):
     from pride.optim import DistributedLion
 
     init_group(rank, world_size, store_path)
     torch.cuda.set_device(0)
     g = torch.Generator().manual_seed(5)
-    p0 = torch.randn(10_000, generator=g)
-    pc, pg = torch.nn.Parameter(p0.clone()), torch.nn.Parameter(p0.clone().cuda())
-    oc, og = DistributedLion([pc], lr=1e-3, mode="global"), DistributedLion([pg], lr=1e-3, mode="global")
+    # Odd sizes: G-Lion's averaged gradients are views of one flat buffer, each placed on 16 bytes so
+    # that the one-pass CUDA step (lion_local_slices) reads them with vector loads, as it does the rest.
+    shapes = [(561,), (17,), (85, 3), (10_000,), (5,)]
+    p0 = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    pc = [torch.nn.Parameter(p.clone()) for p in p0]
+    pg = [torch.nn.Parameter(p.clone().cuda()) for p in p0]
+    oc, og = DistributedLion(pc, lr=1e-3, mode="global"), DistributedLion(pg, lr=1e-3, mode="global")
     gen = torch.Generator().manual_seed(rank)
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
     for _ in range(3):
-        grad = torch.randint(-4, 5, (10_000,), generator=gen).float()  # exact sums in any reduction order
-        pc.grad, pg.grad = grad, grad.cuda()
+        for a, b in zip(pc, pg):
+            grad = torch.randint(-4, 5, a.shape, generator=gen).to(dtype)  # exact sums in any reduction order
+            a.grad, b.grad = grad, grad.cuda()
         oc.step()
-        og.step()
-    assert torch.equal(pc.detach(), pg.detach().cpu()), f"rank {rank}: G-Lion on CUDA differs from the CPU step"
+        # On a stream of the caller's other than the default one: the step's kernels follow the current stream.
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            og.step()
+        torch.cuda.current_stream().wait_stream(stream)
+    for i, (a, b) in enumerate(zip(pc, pg)):
+        assert _same_bits(a.detach(), b.detach().cpu()), f"rank {rank} tensor {i}: G-Lion on CUDA differs from the CPU step"
 
 
-def test_global_mode_on_cuda_matches_cpu_2ranks():
-    run(_global_mode, 2, deadline_s=240)
+@pytest.mark.parametrize("dtype,side_stream", [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)])
+def test_global_mode_on_cuda_matches_cpu_2ranks(dtype, side_stream):
+    run(_global_mode, 2, dtype, side_stream, deadline_s=240)
 
 
 def test_cuda_support_is_compiled_in():

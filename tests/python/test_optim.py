@@ -71,6 +71,24 @@ def test_ternary_votes_give_torch_sign_semantics():
         DistributedLion([p], mode="majority")
 
 
+@pytest.mark.parametrize("name", ["DistributedLion", "OneBitAdam", "ZeroOneAdam"])
+def test_a_parameter_listed_twice_is_refused(name):
+    # torch only warns; pride steps a group's tensors in one fused launch, where a tensor listed twice
+    # would be written by two slices at once. A generator of distinct tensors is still accepted.
+    import pride.optim
+
+    cls = getattr(pride.optim, name)
+    model = make_model(torch.float32)
+    w, b = model[0].weight, model[0].bias
+    with pytest.raises(ValueError, match=rf"{name}: a parameter group lists the same tensor twice \(positions 0 and 2"):
+        cls([w, b, w])
+    opt = cls(p for p in model.parameters())
+    with pytest.raises(ValueError, match="same tensor twice"):
+        extra = torch.nn.Parameter(torch.zeros(3))
+        opt.add_param_group({"params": [extra, extra]})
+    assert [len(g["params"]) for g in opt.param_groups] == [6]
+
+
 def _replicas(rank, world, store_path, mode, dtype):
     from pride.optim import DistributedLion
 
@@ -147,6 +165,11 @@ def _global(rank, world, store_path):
             plain_lion_step(list(ref.parameters()), avg, ref_m, 0.01, (0.9, 0.99), 0.0)
     for a, b in zip(model.parameters(), ref.parameters()):
         assert torch.equal(a, b)
+    # The averaged gradients of these odd sizes (561, 17, 85, 5, 25, 5 elements) each start on 16 bytes:
+    # the CUDA step reads aligned tensors with vector loads.
+    params = list(model.parameters())
+    averaged = opt._averaged([p.grad for p in params], params)
+    assert [a.data_ptr() % 16 for a in averaged] == [0] * len(params)
     dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from .. import ddp_hooks
 from ..collectives import _not_a_member, compressed_allreduce, compressed_allreduce_server_numel
+from ._param_groups import no_duplicates
 
 _log = logging.getLogger("pride")
 
@@ -53,6 +54,10 @@ class CompressedAdamBase(torch.optim.Optimizer):
                 if p.dtype not in _DTYPES:
                     raise TypeError(f"{self._name}: parameters must be float32, bfloat16 or float16, got {p.dtype}")
         self._check_group()
+
+    def add_param_group(self, param_group):
+        no_duplicates(param_group, self._name)
+        super().add_param_group(param_group)
 
     # ---- The group ----
     def _check_group(self):

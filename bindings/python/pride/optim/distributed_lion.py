@@ -13,12 +13,14 @@ from .. import _C
 from .. import ddp_hooks
 from ..collectives import _not_a_member
 from . import lion_cub
+from ._param_groups import no_duplicates
 from .lion_cub import MomentumSync
 
 _log = logging.getLogger("pride")
 
 _MODES = ("vote", "mean", "global")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_ALIGN_FLOATS = 4  # float32 elements in 16 bytes: G-Lion's averaged gradients start on such a boundary
 
 
 class DistributedLion(torch.optim.Optimizer, Joinable):
@@ -375,6 +377,10 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             params = [p for group in self.param_groups for p in group["params"]]
             lion_cub.average_momenta([self._momentum(p) for p in self.momentum_sync.selected(params)], self.group)
 
+    def add_param_group(self, param_group):
+        no_duplicates(param_group, "DistributedLion")
+        super().add_param_group(param_group)
+
     def _all_params(self):
         return [p for group in self.param_groups for p in group["params"]]
 
@@ -434,18 +440,27 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         parameter without a gradient on every rank gets None: it takes no step."""
         if not self._distributed():
             return grads
-        have = torch.tensor([g is not None for g in grads], dtype=torch.float32, device=params[0].device)
-        flat = torch.cat([(g.reshape(-1).float() if g is not None else
-                           torch.zeros(p.numel(), dtype=torch.float32, device=p.device)) for g, p in zip(grads, params)]
-                         + [have])
+        device = params[0].device
+        have = torch.tensor([g is not None for g in grads], dtype=torch.float32, device=device)
+        # Each gradient starts on 16 bytes of the flat buffer, so that the float32 views returned below
+        # are as aligned as the tensors the CUDA step reads with vector loads (it steps an unaligned one
+        # element by element). The padding is zeros, and every element's sum is its own: no value changes.
+        padding = torch.zeros(_ALIGN_FLOATS - 1, dtype=torch.float32, device=device)
+        pieces, offsets, offset = [], [], 0
+        for g, p in zip(grads, params):
+            n = p.numel()
+            pieces.append(g.reshape(-1).float() if g is not None else torch.zeros(n, dtype=torch.float32, device=device))
+            offsets.append(offset)
+            pad = -n % _ALIGN_FLOATS
+            if pad:
+                pieces.append(padding[:pad])
+            offset += n + pad
+        flat = torch.cat(pieces + [have])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         flat /= dist.get_world_size(self.group)
-        anyone = flat[-len(grads):].tolist()
-        out, offset = [], 0
-        for p, any_grad in zip(params, anyone):
-            out.append(flat[offset:offset + p.numel()].view_as(p).to(p.dtype) if any_grad > 0 else None)
-            offset += p.numel()
-        return out
+        anyone = flat[offset:].tolist()
+        return [flat[at:at + p.numel()].view_as(p).to(p.dtype) if any_grad > 0 else None
+                for p, at, any_grad in zip(params, offsets, anyone)]
 
 
 def _first_difference(layouts):
