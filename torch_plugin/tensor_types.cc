@@ -27,6 +27,7 @@ ScalarType to_scalar_type(at::ScalarType type, CallSite site) {
     case at::kDouble: return ScalarType::kFloat64;
     case at::kComplexFloat: return ScalarType::kComplex64;
     case at::kComplexDouble: return ScalarType::kComplex128;
+    case at::kComplexHalf: return ScalarType::kComplex32;
     default: break;
   }
   TORCH_CHECK_TYPE(false, "pride ", site, ": unsupported dtype ", type);

@@ -4,6 +4,7 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -39,16 +40,20 @@ const KernelTable& table_for(Isa isa) {
   return detail::portable_table();
 }
 
+// Read here, not with the other settings (backend/common/settings.cc): the kernels are also used
+// without a communicator (the C++ API, the CPU optimizers of a world of one). Any case, as PRIDE_DEBUG.
 const KernelTable& initial_table() {
   const char* env = std::getenv("PRIDE_KERNEL_ISA");
-  const std::string choice = env ? env : "auto";
+  std::string choice = env ? env : "auto";
+  for (char& c : choice) c = char(std::tolower(static_cast<unsigned char>(c)));
   if (choice == "scalar") return table_for(Isa::kScalar);
   if (choice == "avx2") {
-    if (!cpu_has_avx2()) throw std::invalid_argument("PRIDE_KERNEL_ISA=avx2 but this CPU or build lacks AVX2");
+    if (!cpu_has_avx2()) throw std::invalid_argument("pride: PRIDE_KERNEL_ISA=avx2, but this CPU or build lacks AVX2");
     return table_for(Isa::kAvx2);
   }
   if (choice == "auto" || choice.empty()) return table_for(cpu_has_avx2() ? Isa::kAvx2 : Isa::kScalar);
-  throw std::invalid_argument("PRIDE_KERNEL_ISA must be scalar, avx2 or auto, not '" + choice + "'");
+  throw std::invalid_argument("pride: PRIDE_KERNEL_ISA must be scalar, avx2 or auto (any case), not '" +
+                              std::string(env) + "'");
 }
 
 std::atomic<const KernelTable*>& active_slot() {

@@ -12,7 +12,7 @@ namespace {
 using standard::OpId;
 
 std::string scalar(uint32_t code) {
-  return code <= uint32_t(ScalarType::kComplex128) ? scalar_name(ScalarType(code)) : fmt::format("dtype {}", code);
+  return code <= uint32_t(ScalarType::kComplex32) ? scalar_name(ScalarType(code)) : fmt::format("dtype {}", code);
 }
 
 std::string reduce_op(uint64_t code) {

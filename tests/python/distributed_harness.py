@@ -2,11 +2,15 @@
 
 Each worker gets (rank, world_size, store_path) and calls ``init_group``; exceptions in workers are
 re-raised in the parent with the worker's traceback, and a job that exceeds its deadline is killed
-and reported as a hang (tests must never hang CI).
+and reported as a hang (tests must never hang CI). A rank that returned but then exits non-zero, or
+hangs on its way out (teardown, at-exit handlers), fails the run too. What a worker prints (its file
+descriptors 1 and 2, so UCX's and the C++ code's output as well as Python's) comes back on the
+parent's, each line prefixed with its rank, where pytest's capture (capfd) sees it.
 """
 
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 import traceback
@@ -22,7 +26,13 @@ DEFAULT_DEADLINE_S = 120
 _PRELOAD = ["torch", "torch.distributed"]
 
 
-def _worker(fn, rank, world_size, store_path, env, results, args):
+def _worker(fn, rank, world_size, store_path, env, results, args, output_path):
+    # The server's standard output and error are the ones it started with (in pytest, the capture of
+    # whichever test started it): the worker's go to a file of its own, which the parent passes on.
+    out = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
     # The server's environment is the one it started with; the worker takes the caller's as it is now.
     os.environ.clear()
     os.environ.update(env)
@@ -45,8 +55,9 @@ def run(fn, world_size, *args, env=None, deadline_s=DEFAULT_DEADLINE_S, expect_f
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         store_path = os.path.join(tmp, "store")
+        outputs = [os.path.join(tmp, f"rank{r}.out") for r in range(world_size)]
         procs = [
-            ctx.Process(target=_worker, args=(fn, r, world_size, store_path, env, results, args))
+            ctx.Process(target=_worker, args=(fn, r, world_size, store_path, env, results, args, outputs[r]))
             for r in range(world_size)
         ]
         for p in procs:
@@ -70,11 +81,39 @@ def run(fn, world_size, *args, env=None, deadline_s=DEFAULT_DEADLINE_S, expect_f
         for r, p in enumerate(procs):
             if r not in outcome:
                 outcome[r] = "hung (killed after the deadline)" if r in hung else f"exited with {p.exitcode}"
+            elif outcome[r] is None and r in hung:
+                outcome[r] = "returned, then hung on its way out (killed after the deadline)"
+            elif outcome[r] is None and p.exitcode != 0:
+                outcome[r] = f"returned, then exited with {p.exitcode}"
+        printed = [_pass_on(r, path) for r, path in enumerate(outputs)]
     if not expect_failures:
         failed = {r: e for r, e in outcome.items() if e}
         if failed:
-            raise AssertionError("\n".join(f"--- rank {r} ---\n{e}" for r, e in sorted(failed.items())))
+            raise AssertionError("\n".join(f"--- rank {r} ---\n{e}" + _last_lines(printed[r])
+                                           for r, e in sorted(failed.items())))
     return outcome
+
+
+def _pass_on(rank, path):
+    """Writes a worker's output to this process's standard error, each line prefixed with its rank, and
+    returns it."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:  # the worker never started
+        return ""
+    if text:
+        sys.stderr.flush()
+        lines = text.splitlines()
+        os.write(2, "".join(f"[rank {rank}] {line}\n" for line in lines).encode())
+    return text
+
+
+def _last_lines(text, count=30):
+    lines = text.splitlines()
+    if not lines:
+        return ""
+    return f"\n(its last {min(count, len(lines))} lines of output)\n" + "\n".join(lines[-count:])
 
 
 def init_group(rank, world_size, store_path, backend="pride", timeout_s=60):

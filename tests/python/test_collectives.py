@@ -226,6 +226,68 @@ def _other_collectives(rank, world, store_path):
     dist.destroy_process_group()
 
 
+def _complex32(rank, world, store_path):
+    """complex32 (torch's ComplexHalf, two float16 parts), which torch.equal cannot compare: the collectives
+    that reduce it (SUM and AVG, all torch.distributed allows on complex tensors) and the ones that move
+    it, against the oracle and Gloo, compared as float16 pairs."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
+    init_group(rank, world, store_path)
+    gloo = dist.new_group(backend="gloo")
+
+    def make32(r, n, salt=0):
+        return make(r, torch.complex64, n, salt).to(torch.complex32)
+
+    def check(got, want, what):
+        assert got.dtype == torch.complex32 and torch.equal(torch.view_as_real(got), torch.view_as_real(want)), (
+            f"complex32 {what}: {got.to(torch.complex64)} vs {want.to(torch.complex64)}")
+
+    x = make32(rank, 37)
+    everyone = [make32(r, 37) for r in range(world)]
+    for root in range(world):
+        t = x.clone()
+        dist.reduce(t, dst=root)
+        ref = x.clone()
+        dist.reduce(ref, dst=root, group=gloo)
+        if rank == root:
+            check(t, oracle_reduce(everyone, "sum"), f"reduce to {root}")
+            check(t, ref, f"reduce to {root}, against Gloo")
+        t = x.clone()
+        dist.broadcast(t, src=root)
+        check(t, everyone[root], f"broadcast from {root}")
+    for op in ("sum", "avg"):
+        t = x.clone()
+        dist.all_reduce(t, op=OPS[op])
+        check(t, oracle_reduce(everyone, op), f"all_reduce {op}")
+    pieces = [make32(rank, 11, salt=s) for s in range(world)]
+    want = oracle_reduce([make32(r, 11, salt=rank) for r in range(world)], "sum")
+    out, ref = torch.empty(11, dtype=torch.complex32), torch.empty(11, dtype=torch.complex32)
+    dist.reduce_scatter(out, pieces)
+    dist.reduce_scatter(ref, pieces, group=gloo)
+    check(out, want, "reduce_scatter")
+    check(out, ref, "reduce_scatter, against Gloo")
+    out = torch.empty(11, dtype=torch.complex32)
+    dist.reduce_scatter_tensor(out, torch.cat(pieces))
+    check(out, want, "reduce_scatter_tensor")
+    outs = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(outs, x)
+    for r in range(world):
+        check(outs[r], everyone[r], f"all_gather, rank {r}'s")
+    inp = torch.cat([make32(rank, 3, salt=r) for r in range(world)])
+    out = torch.empty(3 * world, dtype=torch.complex32)
+    dist.all_to_all_single(out, inp)
+    check(out, torch.cat([make32(r, 3, salt=rank) for r in range(world)]), "all_to_all_single")
+    with pytest.raises(ValueError, match=rf"pride reduce \(rank {rank}\): .*PRODUCT.*complex"):
+        dist.reduce(x.clone(), dst=0, op=dist.ReduceOp.PRODUCT)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_complex32_collectives_match_gloo(world):
+    run(_complex32, world, deadline_s=120)
+
+
 @pytest.mark.parametrize("world", [3, 4])
 def test_allreduce_every_dtype_and_op_matches_gloo(world):
     run(_allreduce_all, world, deadline_s=300)

@@ -14,6 +14,8 @@ namespace pride {
 enum class ScalarType : uint8_t {
   kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kUInt16, kUInt32, kUInt64,
   kFloat16, kBFloat16, kFloat32, kFloat64, kComplex64, kComplex128,
+  kComplex32,  // torch's complex32 (ComplexHalf): two float16 parts; SUM and AVG only. Last, so that the
+               // codes before it keep their values in calls' fingerprints.
 };
 size_t scalar_size(ScalarType type);
 const char* scalar_name(ScalarType type);

@@ -82,6 +82,15 @@ struct ComplexOps {
   static C divide(C a, int n) { return {a.re / static_cast<T>(n), a.im / static_cast<T>(n)}; }
 };
 
+// complex32: each part summed and divided as a float16 is (float arithmetic, rounded to half), as torch's
+// c10::complex<c10::Half> adds. No product: torch.distributed allows only SUM and AVG on complex
+// tensors, and a product rounded part by part would not be torch's complex multiplication.
+struct Complex32Ops {
+  using C = Complex<Float16>;
+  static C sum(C a, C b) { return {Float16Ops::sum(a.re, b.re), Float16Ops::sum(a.im, b.im)}; }
+  static C divide(C a, int n) { return {Float16Ops::divide(a.re, n), Float16Ops::divide(a.im, n)}; }
+};
+
 // ---- Loops --------------------------------------------------------------------------------------
 
 // F is a lambda, not a function pointer, so each loop is instantiated with its op inlined.
@@ -125,6 +134,13 @@ bool reduce_bitwise(ReduceOp op, void* dst, const void* a, const void* b, size_t
   }
 }
 
+template <typename T, typename Ops>
+bool reduce_sums(ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg) return false;
+  apply<T>(dst, a, b, count, [](T x, T y) { return Ops::sum(x, y); });
+  return true;
+}
+
 template <typename T>
 bool reduce_integer(ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   return op != ReduceOp::kAvg && reduce_bitwise<T, IntegerOps<T>>(op, dst, a, b, count);
@@ -148,6 +164,7 @@ bool dispatch(ReduceOp op, ScalarType type, void* dst, const void* a, const void
     case ScalarType::kComplex64: return reduce_arithmetic<Complex<float>, ComplexOps<float>>(op, dst, a, b, count);
     case ScalarType::kComplex128:
       return reduce_arithmetic<Complex<double>, ComplexOps<double>>(op, dst, a, b, count);
+    case ScalarType::kComplex32: return reduce_sums<Complex<Float16>, Complex32Ops>(op, dst, a, b, count);
   }
   return false;
 }
@@ -156,7 +173,9 @@ bool is_floating(ScalarType type) {
   return type == ScalarType::kFloat16 || type == ScalarType::kBFloat16 || type == ScalarType::kFloat32 ||
          type == ScalarType::kFloat64;
 }
-bool is_complex(ScalarType type) { return type == ScalarType::kComplex64 || type == ScalarType::kComplex128; }
+bool is_complex(ScalarType type) {
+  return type == ScalarType::kComplex32 || type == ScalarType::kComplex64 || type == ScalarType::kComplex128;
+}
 
 template <typename T, typename Ops>
 void divide_loop(void* buf, size_t count, int divisor) {
@@ -179,6 +198,7 @@ void divide_elements(ScalarType type, void* buf, size_t count, int divisor) {
     case ScalarType::kFloat64: return divide_loop<double, FloatOps<double>>(buf, count, divisor);
     case ScalarType::kComplex64: return divide_loop<Complex<float>, ComplexOps<float>>(buf, count, divisor);
     case ScalarType::kComplex128: return divide_loop<Complex<double>, ComplexOps<double>>(buf, count, divisor);
+    case ScalarType::kComplex32: return divide_loop<Complex<Float16>, Complex32Ops>(buf, count, divisor);
     default: break;
   }
   throw Error(fmt::format("divide_elements: {} is neither floating nor complex", scalar_name(type)));
@@ -204,8 +224,8 @@ void check_reduce_op(ReduceOp op, ScalarType type) {
   scalar_size(type);  // throws on a type outside the enum
   bool ok = false;
   switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kProduct: ok = true; break;
+    case ReduceOp::kSum: ok = true; break;
+    case ReduceOp::kProduct: ok = type != ScalarType::kComplex32; break;  // see Complex32Ops
     case ReduceOp::kAvg: ok = standard::is_floating(type) || standard::is_complex(type); break;
     case ReduceOp::kMin:
     case ReduceOp::kMax: ok = !standard::is_complex(type); break;

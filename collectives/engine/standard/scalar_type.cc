@@ -15,7 +15,8 @@ size_t scalar_size(ScalarType type) {
     case ScalarType::kBFloat16: return 2;
     case ScalarType::kInt32:
     case ScalarType::kUInt32:
-    case ScalarType::kFloat32: return 4;
+    case ScalarType::kFloat32:
+    case ScalarType::kComplex32: return 4;
     case ScalarType::kInt64:
     case ScalarType::kUInt64:
     case ScalarType::kFloat64:
@@ -42,6 +43,7 @@ const char* scalar_name(ScalarType type) {
     case ScalarType::kFloat64: return "float64";
     case ScalarType::kComplex64: return "complex64";
     case ScalarType::kComplex128: return "complex128";
+    case ScalarType::kComplex32: return "complex32";
   }
   return "unknown";
 }
