@@ -29,7 +29,7 @@ def grads_for(model, rank, step):
     return [torch.randn(p.shape, generator=g).to(p.dtype) for p in model.parameters()]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mode", ["vote", "mean"])
 def test_one_process_equals_plain_lion(dtype, mode):
     from pride.optim import DistributedLion
@@ -109,7 +109,8 @@ def _replicas(rank, world, store_path, mode, dtype):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("mode,dtype", [("vote", torch.float32), ("mean", torch.float32), ("vote", torch.bfloat16)])
+@pytest.mark.parametrize("mode,dtype", [("vote", torch.float32), ("mean", torch.float32), ("vote", torch.bfloat16),
+                                        ("mean", torch.float16)])
 def test_replicas_stay_identical_and_match_the_oracle(mode, dtype):
     run(_replicas, 4, mode, dtype, deadline_s=200)
 

@@ -107,9 +107,14 @@ def _async_and_subgroups(rank, world, store_path):
     torch.nn.init.constant_(model.weight, float(rank))
     pride.broadcast_parameters(model.state_dict(), root_rank=1)
     assert torch.all(model.weight == 1.0)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (rank + 1))
-    pride.broadcast_optimizer_state(opt, root_rank=0)
-    assert abs(opt.param_groups[0]["lr"] - 0.1) < 1e-12
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (rank + 1), momentum=0.5)
+    for p in model.parameters():  # a step each, with gradients of its own: every rank's state differs
+        p.grad = torch.full_like(p, float(rank + 1))
+    opt.step()
+    pride.broadcast_optimizer_state(opt, root_rank=2)
+    assert abs(opt.param_groups[0]["lr"] - 0.3) < 1e-12
+    for p in model.parameters():  # root 2's momentum buffers: its gradient, 3
+        assert torch.equal(opt.state[p]["momentum_buffer"], torch.full_like(p, 3.0)), opt.state[p]
     dist.destroy_process_group()
 
 

@@ -56,6 +56,16 @@ def _sign_job(rank, world, store_path):
     for i, w in enumerate(works):
         w.wait()
         assert torch.equal(xs[i], expected(world, torch.float32, 5000 + i, "vote", "binary", 900 + i))
+    # a tensor that is not contiguous (every other column of a matrix): the result lands in the view,
+    # the elements between are left alone
+    whole = make(rank, torch.float32, 2 * 3001, 777).view(3001, 2)
+    untouched = whole[:, 1].clone()
+    view = whole[:, 0]
+    assert not view.is_contiguous()
+    pride.sign_allreduce(view, mode="mean", votes="ternary")
+    want = sum(votes(make(r, torch.float32, 2 * 3001, 777).view(3001, 2)[:, 0], "ternary") for r in range(world))
+    assert torch.equal(view, want.float() / world)
+    assert torch.equal(whole[:, 1].contiguous().view(torch.int32), untouched.view(torch.int32))  # NaNs among them
     # packed API
     n = 77
     x = make(rank, torch.float32, n, 4242)
@@ -65,6 +75,9 @@ def _sign_job(rank, world, store_path):
     assert torch.equal(out, expected(world, torch.float32, n, "vote", "binary", 4242).to(torch.int8))
     mean = pride.sign_allreduce_packed(bits, n, mode="mean")
     assert torch.equal(mean, expected(world, torch.float32, n, "mean", "binary", 4242))
+    work = pride.sign_allreduce_packed(bits, n, mode="mean", async_op=True)
+    work.wait()
+    assert torch.equal(work.result()[0], expected(world, torch.float32, n, "mean", "binary", 4242))
     # stats count the sign-allreduce traffic
     s = pride.stats()
     assert s["collectives"] > 0
@@ -123,6 +136,24 @@ def _bad_input(rank, world, store_path):
 
 def test_bad_input_raises_and_group_survives():
     run(_bad_input, 2)
+
+
+def _dtypes_differ(rank, world, store_path):
+    import pride
+
+    init_group(rank, world, store_path)
+    mine, theirs = ("float32", "bfloat16") if rank == 0 else ("bfloat16", "float32")
+    x = torch.ones(1000, dtype=getattr(torch, mine))
+    # Each rank's error names it, the collective, and both calls (its own first).
+    with pytest.raises(Exception, match=rf"pride rank {rank}/2: sign_allreduce #1 .*ranks disagree on the collective: "
+                                        rf"this rank called sign_allreduce vote binary {mine} numel 1000 .*"
+                                        rf"rank {1 - rank} called sign_allreduce vote binary {theirs} numel 1000"):
+        pride.sign_allreduce(x)
+    dist.destroy_process_group()
+
+
+def test_ranks_disagreeing_on_the_dtype_fail_on_every_rank():
+    run(_dtypes_differ, 2, deadline_s=60)
 
 
 def test_sign_allreduce_needs_an_initialized_group():
