@@ -137,6 +137,8 @@ def parse_args(argv=None):
                    help="seconds before the whole run is declared hung and its workers are killed")
     p.add_argument("--quick", action="store_true",
                    help="tiny smoke run: 2 workers, 1 epoch, width 8, 1 seed (overrides those flags)")
+    # scripts/demo.sh: check the flags, then exit, before its set-up and build (argparse exits 2 on bad ones)
+    p.add_argument("--check-args", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.algo not in ALGORITHMS:  # argparse checks what was given, not a default taken from PRIDE_ALGO
         p.error(f"PRIDE_ALGO={args.algo!r}: choose from {', '.join(ALGORITHMS)}")
@@ -718,6 +720,8 @@ def report(runs, args, wall_s):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.check_args:
+        return 0
     start = time.monotonic()
     try:
         runs = launch(args)

@@ -25,6 +25,8 @@ if [ "$1" = "--python" ]; then
   suffix="-py$pyver"
 fi
 version="$1"; shift
+[[ "$version" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] ||
+  { echo "check_torch_compat: '$version' is not a torch release such as 2.11.0 (see --help)"; exit 2; }
 . scripts/setup.sh >/dev/null  # Debian packages (UCX, hwloc, ...) as for the main build
 dir="build/compat-$version$suffix"
 venv="$dir/venv"

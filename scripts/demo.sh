@@ -13,6 +13,15 @@ case "${1:-}" in
     echo "(the demo's flags are listed here once bash scripts/setup.sh has made the venv)"
     exit 0 ;;
 esac
+# Bad flags are reported before the set-up and the build, where a venv with pride can already parse them
+# (argparse exits with 2 and says why; any other failure here, e.g. no pride built yet, is left to the build).
+venv_py="$(dirname "${BASH_SOURCE[0]}")/../.venv/bin/python"
+if [ -x "$venv_py" ]; then
+  status=0
+  complaint="$("$venv_py" "$(dirname "${BASH_SOURCE[0]}")/../examples/distributed_lion_demo.py" --check-args "$@" 2>&1)" ||
+    status=$?
+  if [ "$status" -eq 2 ]; then echo "$complaint" >&2; exit 2; fi
+fi
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$PRIDE_ROOT"
 bash scripts/build.sh

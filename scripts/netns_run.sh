@@ -26,6 +26,10 @@ done
 [ $# -gt 0 ] || { echo "netns_run: no command given (see --help)"; exit 2; }
 [[ "$N" =~ ^[1-9][0-9]*$ && "$P" =~ ^[1-9][0-9]*$ ]] || { echo "netns_run: -n and -p take positive integers"; exit 2; }
 [ "$N" -le 200 ] || { echo "netns_run: at most 200 hosts (one /24 subnet)"; exit 2; }
+# tc's rate syntax (a number, then bit, kbit, mbit, gbit or tbit, or the same in bytes: bps, kbps, ...),
+# checked here so that a typo does not surface as tc's "illegal value" after the namespaces are made.
+[ -z "$RATE" ] || [[ "$RATE" =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT]i?)?(bit|bps)$ ]] ||
+  { echo "netns_run: -r takes a tc rate such as 1gbit, 200mbit or 500kbit, not '$RATE'"; exit 2; }
 PREFIX="pride$$x"; BR="${PREFIX}br"; SUBNET="10.213.$(( $$ % 200 + 20 ))"; PORT=$(( 20000 + $$ % 20000 ))
 
 cleanup() {

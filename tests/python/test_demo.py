@@ -80,3 +80,14 @@ def test_demo_help():
     assert proc.returncode == 0, proc.stderr
     for flag in ("--workers", "--epochs", "--seeds", "--width", "--out", "--quick", "--task", "--device"):
         assert flag in proc.stdout
+
+
+@pytest.mark.skipif(not os.access(os.path.join(ROOT, ".venv", "bin", "python"), os.X_OK),
+                    reason="demo.sh checks flags early only with the project's venv (else it would set one up)")
+def test_demo_sh_refuses_bad_flags_before_building():
+    # Exit status 2 and the demo's own message, within seconds: no set-up, no build first.
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "demo.sh"), "--workers", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "--workers, --epochs, --seeds, --width and --batch-size must be positive" in proc.stderr
+    assert "setup:" not in proc.stdout + proc.stderr and "build" not in proc.stdout
