@@ -23,7 +23,8 @@
       starts N fault_probe ranks itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, PRIDE_TIMEOUT)
       rather than through torchrun, because torchrun kills the survivors as soon as one rank dies,
       which would hide exactly the hangs these tests look for. Checks SPEC §6: every survivor exits
-      non-zero, in bounded time, with a message that says what happened.
+      non-zero, in bounded time, with a message that says what happened: for a killed victim (die,
+      loop), its rank, and not a timeout; for a silent one, the peer waited for.
 
 Every wait here has a deadline; on expiry all processes of the test are killed and the test fails.
 """
@@ -276,10 +277,16 @@ def run_fault(args):
                     continue
                 if "sign_allreduce" not in text[r]:
                     problems.append(f"rank {r}: its error does not name the collective")
-                if f"peer {victim}" not in text[r] and "timed out" not in text[r] and "gave up" not in text[r]:
-                    problems.append(f"rank {r}: its error names neither peer {victim} nor a timeout")
-                if scenario == "silent" and "peer" not in text[r]:
-                    problems.append(f"rank {r}: its error does not name the peer it waited for")
+                if scenario == "silent":  # alive and mute: only a timeout can tell, and it must name whom it waited for
+                    if f"peer {victim}" not in text[r] and "timed out" not in text[r] and "gave up" not in text[r]:
+                        problems.append(f"rank {r}: its error names neither peer {victim} nor a timeout")
+                    if "peer" not in text[r]:
+                        problems.append(f"rank {r}: its error does not name the peer it waited for")
+                else:  # a killed rank is detected (SPEC 6), not waited out: every survivor's error names it
+                    if f"peer {victim}" not in text[r]:
+                        problems.append(f"rank {r}: its error does not name the killed peer {victim}")
+                    if "timed out" in text[r]:
+                        problems.append(f"rank {r}: it learnt of rank {victim}'s death by a timeout")
         if problems:
             fail("; ".join(problems))
         print("PASS")
