@@ -1,10 +1,13 @@
 """Launching: torchrun (env://) runs the example with no wrapper; file:// init works too."""
 
 import os
+import re
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -21,6 +24,42 @@ def test_torchrun_runs_the_example(tmp_path):
         env=dict(os.environ, TMPDIR=str(tmp_path)))  # where torchrun leaves its log directory
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sign_allreduce" in out.stdout and "bytes_sent" in out.stdout, out.stdout
+
+
+_FAILING_JOB = """
+import os, signal, sys, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+import pride
+dist.init_process_group("pride", timeout=timedelta(seconds=3))
+rank = dist.get_rank()
+dist.all_reduce(torch.ones(1000))
+if rank == 1:
+    if sys.argv[1] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(120)  # silent: alive, and never joins the next collective
+pride.sign_allreduce(torch.randn(10000))
+print("past the collective", flush=True)
+"""
+
+
+@pytest.mark.parametrize("victim", ["die", "silent"])
+def test_under_torchrun_a_failed_peer_ends_the_job_non_zero(tmp_path, victim):
+    # SPEC §6: a rank killed, or one that stays alive but never joins (the group's timeout, 3 s), ends
+    # the job with a non-zero exit status, in bounded time and not past the collective; the silent case
+    # is the survivors' own error (torchrun stops the job at the first rank that exits non-zero).
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    job = tmp_path / "job.py"
+    job.write_text(_FAILING_JOB)
+    started = time.monotonic()
+    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "3", "--max-restarts", "0", str(job), victim],
+                         capture_output=True, text=True, timeout=100, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    took = time.monotonic() - started
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "past the collective" not in text, (out.returncode, text[-3000:])
+    assert took < 60, f"{took:.0f} s: the job was not ended by the failure"
+    if victim == "silent":
+        assert re.search(r"pride rank [02]/3: sign_allreduce #\d+ .*peer [12]", text), text[-3000:]
 
 
 def test_the_example_without_a_launcher_says_how_to_start_it():
