@@ -14,10 +14,24 @@ jobs="${PRIDE_BUILD_JOBS:-$(nproc)}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 echo "build: compiling pride (CMake via pip, build tree build/py, $jobs jobs)"
-if ! CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PRIDE_PY" -m pip install -q --disable-pip-version-check \
-    --no-build-isolation -C build-dir=build/py -C cmake.define.PRIDE_BUILD_TESTS=ON \
-    -C cmake.define.PRIDE_BUILD_PERF=ON . >"$log" 2>&1; then
+# pip -v, so that the log has ninja's [done/total] lines: a build from scratch takes about 10 minutes on
+# 2 cores, and every 30 s this says how far it is.
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PRIDE_PY" -m pip install -v --disable-pip-version-check \
+  --no-build-isolation -C build-dir=build/py -C cmake.define.PRIDE_BUILD_TESTS=ON \
+  -C cmake.define.PRIDE_BUILD_PERF=ON . >"$log" 2>&1 &
+pip_pid=$!
+seconds=0
+while kill -0 "$pip_pid" 2>/dev/null; do
+  sleep 1
+  seconds=$((seconds + 1))
+  if ((seconds % 30 == 0)); then
+    step="$(grep -o '^ *\[[0-9]*/[0-9]*\]' "$log" | tail -n 1 | tr -d ' ' || true)"
+    echo "build: ${seconds} s${step:+, step $step}"
+  fi
+done
+if ! wait "$pip_pid"; then
   grep -v "^WARNING: Location" "$log" | tail -n 60
-  echo "build: failed (full log above)"
+  echo "build: failed (the end of its log above)"
   exit 1
 fi
+echo "build: done in ${seconds} s"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sanitizer runs of the engine. Default: AddressSanitizer + UBSan + LeakSanitizer on the thread-rank
-# tests (communicator, workspace, sign-allreduce, standard collectives) and every fault scenario of
-# SPEC §6 as real processes, over shared memory and over TCP (build tree build/asan). --thread:
+# tests (communicator, workspace, sign-allreduce, standard collectives, level vote, 1-bit allreduce,
+# chunks, settings, process state), the bit kernels' tests (AVX2 and portable), and every fault
+# scenario of SPEC §6 as real processes, over shared memory and over TCP (build tree build/asan). --thread:
 # ThreadSanitizer on the thread-rank tests and on the torch plugin driven from several threads
 # (tests/plugin/test_backend_threads.cc; build/tsan; UCX and torch are not instrumented, see
 # tests/sanitizers/tsan.supp). --ci: the reduced ASan + UBSan set that scripts/test.sh (and so CI)
@@ -43,21 +44,24 @@ if [ "$MODE" = thread ]; then
 fi
 # --ci (what scripts/test.sh runs): the communicator tests and the failure scenarios that free buffers
 # under in-flight requests (a killed rank, a rank that gives up, disagreeing ranks), both transports.
-ENGINE_TESTS="test_communicator test_workspace test_sign_allreduce test_standard"
+TESTS="engine/test_communicator engine/test_workspace engine/test_sign_allreduce engine/test_standard
+       engine/test_level_vote engine/test_onebit_allreduce engine/test_chunks engine/test_settings
+       engine/test_process_state kernels/test_kernels"
 SCENARIOS=("ok 1" "silent 3" "die 2" "loop 1" "numel 2" "mode 1")
 if [ "$MODE" = ci ]; then
-  ENGINE_TESTS="test_communicator"
+  TESTS="engine/test_communicator"
   SCENARIOS=("die 2" "loop 1" "numel 2")
 fi
+TARGETS="$(for t in $TESTS; do basename "$t"; done | tr '\n' ' ')"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIDE_SANITIZE=address,undefined \
   -DPython3_EXECUTABLE="$PY" -DPRIDE_BUILD_PERF=OFF > build/asan.configure.log
-cmake --build build/asan -j2 --target $ENGINE_TESTS fault_probe > build/asan.build.log || {
+cmake --build build/asan -j2 --target $TARGETS fault_probe > build/asan.build.log || {
   tail -30 build/asan.build.log; echo "sanitize: the AddressSanitizer build failed"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
-for t in $ENGINE_TESTS; do
-  log="build/asan/$t.log"
-  "build/asan/tests/engine/$t" --gtest_brief=1 > "$log" 2>&1 || status=1
+for t in $TESTS; do
+  log="build/asan/$(basename "$t").log"
+  "build/asan/tests/$t" --gtest_brief=1 > "$log" 2>&1 || status=1
   if grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$log"; then status=1; grep -A30 -E "AddressSanitizer|LeakSanitizer|runtime error" "$log" | head -60; fi
   echo "sanitize: $t: $(grep -E 'PASSED|FAILED' "$log" | head -1)"
 done
