@@ -30,11 +30,13 @@ PrideBackend& as_pride(c10d::Backend& backend) {
   return *pride;
 }
 
-pride::SignOptions sign_options(const std::string& mode, const std::string& votes, const std::string& algorithm) {
+// A bad mode, vote kind or algorithm, in the message form of every other error: the collective and the rank.
+pride::SignOptions sign_options(const std::string& mode, const std::string& votes, const std::string& algorithm,
+                                const char* collective, int rank) {
   try {
     return {pride::parse_sign_mode(mode), pride::parse_vote_kind(votes), pride::parse_sign_algorithm(algorithm)};
   } catch (const std::exception& e) {
-    throw py::value_error(e.what());
+    throw py::value_error("pride " + std::string(collective) + " (rank " + std::to_string(rank) + "): " + e.what());
   }
 }
 
@@ -67,8 +69,9 @@ PYBIND11_MODULE(_C, m) {
       "sign_allreduce",
       [](c10d::Backend& backend, at::Tensor tensor, const std::string& mode, const std::string& votes,
          const std::string& algorithm) {
-        auto options = sign_options(mode, votes, algorithm);
-        return as_pride(backend).sign_allreduce(tensor, options);
+        PrideBackend& pride = as_pride(backend);
+        auto options = sign_options(mode, votes, algorithm, "sign_allreduce", pride.getRank());
+        return pride.sign_allreduce(tensor, options);
       },
       py::arg("backend"), py::arg("tensor"), py::arg("mode"), py::arg("votes"), py::arg("algorithm") = "auto");
 
@@ -76,8 +79,9 @@ PYBIND11_MODULE(_C, m) {
       "sign_allreduce_packed",
       [](c10d::Backend& backend, const at::Tensor& packed, int64_t numel, const std::string& mode,
          const std::string& algorithm) {
-        auto options = sign_options(mode, "binary", algorithm);
-        return as_pride(backend).sign_allreduce_packed(packed, numel, options);
+        PrideBackend& pride = as_pride(backend);
+        auto options = sign_options(mode, "binary", algorithm, "sign_allreduce_packed", pride.getRank());
+        return pride.sign_allreduce_packed(packed, numel, options);
       },
       py::arg("backend"), py::arg("packed"), py::arg("numel"), py::arg("mode"), py::arg("algorithm") = "auto");
 
@@ -133,10 +137,10 @@ PYBIND11_MODULE(_C, m) {
          double weight_decay, const std::string& mode, const std::string& votes, int64_t bucket_elements,
          uint64_t layout_digest, py::object workspace, int rank) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
-        const auto options = sign_options(mode, "binary", "auto");  // the vote kind comes from `votes`
-        const auto lion_votes = pride::torch_plugin::parse_lion_votes(votes);
         // Without a backend (no group, or G-Lion's local step on averaged gradients): the caller's rank.
         const pride::torch_plugin::CallSite site{"DistributedLion", pride != nullptr ? pride->getRank() : rank};
+        const auto options = sign_options(mode, "binary", "auto", "DistributedLion", site.rank);  // votes: below
+        const auto lion_votes = pride::torch_plugin::parse_lion_votes(votes);
         TORCH_CHECK_VALUE(bucket_elements > 0, "pride ", site, ": bucket size must be positive");
         const pride::torch_plugin::LionHyper hyper{lr, beta1, beta2, weight_decay};
         // None (no gradient on this rank) becomes an undefined tensor: it abstains.

@@ -476,7 +476,9 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_packed(const at::Ten
   TORCH_CHECK_TYPE(packed_in.scalar_type() == at::kByte,
                    "pride sign_allreduce_packed (rank ", getRank(), "): expected a uint8 tensor, got ",
                    packed_in.scalar_type());
-  TORCH_CHECK_VALUE(numel >= 0 && packed_in.numel() == int64_t(bits::bytes_for(size_t(numel))),
+  TORCH_CHECK_VALUE(numel >= 0, "pride sign_allreduce_packed (rank ", getRank(), "): numel must be at least 0, got ",
+                    numel);
+  TORCH_CHECK_VALUE(packed_in.numel() == int64_t(bits::bytes_for(size_t(numel))),
                     "pride sign_allreduce_packed (rank ", getRank(), "): ", numel, " elements need ",
                     bits::bytes_for(size_t(std::max<int64_t>(numel, 0))), " packed bytes, got ", packed_in.numel());
   at::Tensor in = packed_in.contiguous();

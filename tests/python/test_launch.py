@@ -31,14 +31,15 @@ import os, signal, sys, time
 from datetime import timedelta
 import torch, torch.distributed as dist
 import pride
-dist.init_process_group("pride", timeout=timedelta(seconds=3))
+dist.init_process_group("pride", timeout=timedelta(seconds=120))  # start-up may be slow on a loaded host
+group = dist.new_group(backend="pride", timeout=timedelta(seconds=3))  # the collectives' deadline
 rank = dist.get_rank()
-dist.all_reduce(torch.ones(1000))
+dist.all_reduce(torch.ones(1000), group=group)
 if rank == 1:
     if sys.argv[1] == "die":
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(120)  # silent: alive, and never joins the next collective
-pride.sign_allreduce(torch.randn(10000))
+pride.sign_allreduce(torch.randn(10000), group=group)
 print("past the collective", flush=True)
 """
 

@@ -110,8 +110,12 @@ def _bad_input(rank, world, store_path):
     init_group(rank, world, store_path)
     with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
         pride.sign_allreduce(torch.ones(4, dtype=torch.int32))
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match=rf'pride sign_allreduce \(rank {rank}\): mode must be "vote" or "mean"'):
         pride.sign_allreduce(torch.ones(4), mode="median")
+    with pytest.raises(ValueError, match=rf'pride sign_allreduce \(rank {rank}\): votes must be "binary" or "ternary"'):
+        pride.sign_allreduce(torch.ones(4), votes="exact")
+    with pytest.raises(ValueError, match=rf"pride sign_allreduce_packed \(rank {rank}\): numel must be at least 0"):
+        pride.sign_allreduce_packed(torch.zeros(3, dtype=torch.uint8), -1)
     with pytest.raises(ValueError, match="CPU tensor"):
         pride.sign_allreduce(torch.ones(4, device="meta"))
     with pytest.raises(TypeError, match="torch.Tensor"):

@@ -21,13 +21,13 @@ const char* name(SignAlgorithm algorithm) {
 SignMode parse_sign_mode(const std::string& s) {
   if (s == "vote") return SignMode::kVote;
   if (s == "mean") return SignMode::kMean;
-  throw InvalidArgument("sign_allreduce: mode must be \"vote\" or \"mean\", got \"" + s + "\"");
+  throw InvalidArgument("mode must be \"vote\" or \"mean\", got \"" + s + "\"");
 }
 
 VoteKind parse_vote_kind(const std::string& s) {
   if (s == "binary") return VoteKind::kBinary;
   if (s == "ternary") return VoteKind::kTernary;
-  throw InvalidArgument("sign_allreduce: votes must be \"binary\" or \"ternary\", got \"" + s + "\"");
+  throw InvalidArgument("votes must be \"binary\" or \"ternary\", got \"" + s + "\"");
 }
 
 SignAlgorithm parse_sign_algorithm(const std::string& s) {
@@ -35,7 +35,7 @@ SignAlgorithm parse_sign_algorithm(const std::string& s) {
                  SignAlgorithm::kAllgather, SignAlgorithm::kHier}) {
     if (s == name(a)) return a;
   }
-  throw InvalidArgument("sign_allreduce: the algorithm must be one of auto, ring, tree, direct, allgather, hier; "
+  throw InvalidArgument("the algorithm must be one of auto, ring, tree, direct, allgather, hier; "
                         "got \"" + s + "\"");
 }
 
