@@ -480,7 +480,7 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::sign_allreduce_packed(const at::Ten
                     numel);
   TORCH_CHECK_VALUE(packed_in.numel() == int64_t(bits::bytes_for(size_t(numel))),
                     "pride sign_allreduce_packed (rank ", getRank(), "): ", numel, " elements need ",
-                    bits::bytes_for(size_t(std::max<int64_t>(numel, 0))), " packed bytes, got ", packed_in.numel());
+                    bits::bytes_for(size_t(numel)), " packed bytes, got ", packed_in.numel());
   at::Tensor in = packed_in.contiguous();
   return enqueue(c10d::OpType::ALLREDUCE, "pride:sign_allreduce_packed", {out},
                  [in, out, numel, options](Communicator& comm, PrideWork&) {

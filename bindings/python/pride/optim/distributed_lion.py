@@ -445,7 +445,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         # Each gradient starts on 16 bytes of the flat buffer, so that the float32 views returned below
         # are as aligned as the tensors the CUDA step reads with vector loads (it steps an unaligned one
         # element by element). The padding is zeros, and every element's sum is its own: no value changes.
-        padding = torch.zeros(_ALIGN_FLOATS - 1, dtype=torch.float32, device=device)
+        padding = None  # made once, on the first gradient whose size needs it
         pieces, offsets, offset = [], [], 0
         for g, p in zip(grads, params):
             n = p.numel()
@@ -453,6 +453,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             offsets.append(offset)
             pad = -n % _ALIGN_FLOATS
             if pad:
+                if padding is None:
+                    padding = torch.zeros(_ALIGN_FLOATS - 1, dtype=torch.float32, device=device)
                 pieces.append(padding[:pad])
             offset += n + pad
         flat = torch.cat(pieces + [have])
