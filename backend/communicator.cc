@@ -114,8 +114,21 @@ Fingerprint from_words(const FingerprintWords& w) {
 Collective::Collective(Communicator& comm, std::string name, std::string algorithm, uint64_t sequence,
                        Clock::time_point deadline)
     : comm_(comm), name_(std::move(name)), algorithm_(std::move(algorithm)), sequence_(sequence),
-      deadline_(deadline) {
+      started_(Clock::now()), deadline_(deadline) {
   comm_.traffic_[algorithm_].calls++;
+}
+
+void Collective::note_long_wait(Clock::time_point now) {
+  if (posted_waiting_ || comm_.size_ == 1 || now - started_ < ProgressBoard::post_after(comm_.timeout_)) return;
+  posted_waiting_ = true;
+  comm_.progress_board_.post_waiting(sequence_, name_);
+}
+
+std::string Collective::absent_ranks() const {
+  // Every rank still in this collective posts within post_after() of entering it (plus a liveness
+  // interval); the first deadline may come just after the last rank entered.
+  const auto patience = ProgressBoard::post_after(comm_.timeout_) + 2 * kLivenessInterval + std::chrono::milliseconds(300);
+  return comm_.progress_board_.report(sequence_, name_, patience);
 }
 
 int Collective::rank() const { return comm_.rank_; }
@@ -187,13 +200,14 @@ void Collective::wait(RequestPtr& request) {
       const Clock::time_point now = Clock::now();
       if (now > deadline_) {
         std::string message = fmt::format("pride {}: timed out waiting to {} peer {} (the group's timeout of {} ms "
-                                          "passed)", describe(), request->is_send() ? "send to" : "receive from",
-                                          request->peer(), comm_.timeout_.count());
+                                          "passed){}", describe(), request->is_send() ? "send to" : "receive from",
+                                          request->peer(), comm_.timeout_.count(), absent_ranks());
         comm_.notify_abort(message);
         throw TimeoutError(message);
       }
       if (now >= next_liveness_check) {  // a long wait: is the peer still there?
         next_liveness_check = now + kLivenessInterval;
+        note_long_wait(now);
         // A tag receive is not bound to an endpoint, so UCX never fails it when its sender dies; the
         // endpoint's error (other hosts) or the process table (this host) tells.
         std::string gone = comm_.peer_gone(request->peer());
@@ -262,11 +276,12 @@ void Collective::wait_external(const std::string& what, const std::function<bool
     const Clock::time_point now = Clock::now();
     if (now > deadline_) {
       fail_with([](const std::string& m) { return TimeoutError(m); },
-                fmt::format("pride {}: timed out waiting for {} (the group's timeout of {} ms passed)", describe(),
-                            what, comm_.timeout_.count()));
+                fmt::format("pride {}: timed out waiting for {} (the group's timeout of {} ms passed){}", describe(),
+                            what, comm_.timeout_.count(), absent_ranks()));
     }
     if (now >= next_liveness_check) {  // the other engine may never notice a dead peer: this rank looks
       next_liveness_check = now + kLivenessInterval;
+      note_long_wait(now);
       for (int peer = 0; peer < comm_.size_; ++peer) {
         if (peer == comm_.rank_) continue;
         const std::string gone = comm_.peer_gone(peer);
@@ -311,7 +326,8 @@ void Collective::count_external(size_t bytes_sent, size_t bytes_received, Memory
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)
     : store_(std::move(store)), rank_(rank), size_(size),
-      timeout_(options.timeout.count() > 0 ? options.timeout : Settings::get().timeout) {
+      timeout_(options.timeout.count() > 0 ? options.timeout : Settings::get().timeout),
+      progress_board_(store_, rank, size) {
   PRIDE_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in [0, {})", rank, size);
   learn_hosts(options.hostname);
   std::vector<bool> watched_locally(size_t(size), false);

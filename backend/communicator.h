@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/liveness/process_state.h"
+#include "backend/liveness/progress_board.h"
 #include "backend/store/store.h"
 #include "backend/transport/transport.h"
 #include "backend/workspace.h"
@@ -115,11 +116,18 @@ class Collective {
 
  private:
   void check_request(const Request& r);
+  // Called every liveness interval of a wait: once the collective has waited post_after(), this rank
+  // posts that it waits in it (progress_board.h).
+  void note_long_wait(Clock::time_point now);
+  // For a timeout's message: which ranks were not waiting in this collective (progress_board.h).
+  std::string absent_ranks() const;
   Communicator& comm_;
   std::string name_;
   std::string algorithm_;
   uint64_t sequence_;
+  Clock::time_point started_;
   Clock::time_point deadline_;
+  bool posted_waiting_ = false;
 };
 
 class Communicator {
@@ -225,6 +233,7 @@ class Communicator {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  ProgressBoard progress_board_;
   std::unique_ptr<Transport> transport_;
   uint64_t sequence_ = 0;
   std::atomic<uint64_t> fingerprint_checks_{0};

@@ -19,6 +19,7 @@ class C10dStore final : public Store {
   std::vector<uint8_t> get(const std::string& key) override { return store_->get(key); }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
   int64_t add(const std::string& key, int64_t delta) override { return store_->add(key, delta); }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
   // torch's TCPStore (and PrefixStore over it) send all keys in one request; other stores loop.
   std::vector<std::vector<uint8_t>> multi_get(const std::vector<std::string>& keys) override {
     store_->wait(keys);

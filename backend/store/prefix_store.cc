@@ -14,6 +14,7 @@ class PrefixStore final : public Store {
     return base_->multi_get(prefixed(keys));
   }
   int64_t add(const std::string& key, int64_t delta) override { return base_->add(prefix_ + key, delta); }
+  bool check(const std::vector<std::string>& keys) override { return base_->check(prefixed(keys)); }
 
  private:
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {

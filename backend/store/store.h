@@ -18,6 +18,8 @@ class Store {
   virtual std::vector<uint8_t> get(const std::string& key) = 0;
   virtual void wait(const std::vector<std::string>& keys) = 0;
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Whether every key exists, at once (get() on a missing key waits for it).
+  virtual bool check(const std::vector<std::string>& keys) = 0;
   // Waits for every key, then reads them all: a store that can (torch's TCPStore) answers in one
   // round trip each, however many keys; the fallback reads them one by one.
   virtual std::vector<std::vector<uint8_t>> multi_get(const std::vector<std::string>& keys) {

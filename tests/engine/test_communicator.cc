@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/common/error.h"
@@ -120,7 +122,7 @@ TEST(Communicator, SilentPeerTimesOutNamingIt) {
         comm.begin("allreduce", "ring", f);
         (void)x;
       },
-      {5000});
+      {5000, nullptr});
   // Rank 1's communicator closes when it returns: rank 0 learns that from UCX ("failed") or, failing
   // that, from its deadline ("timed out"); either way the error names the peer and the collective.
   const bool timed_out = errors[0].find("timed out") != std::string::npos;
@@ -128,6 +130,63 @@ TEST(Communicator, SilentPeerTimesOutNamingIt) {
   EXPECT_TRUE(timed_out || failed) << errors[0];
   EXPECT_NE(errors[0].find("peer 1"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("allreduce"), std::string::npos) << errors[0];
+}
+
+// A rank that stays alive but never calls the collective (hung elsewhere, or skipping it): the others'
+// liveness checks cannot see it, and each survivor waits for some peer, maybe another survivor. The
+// progress board names it in every survivor's error, with where it last waited long.
+TEST(Communicator, SilentRankIsNamedByTheSurvivorsTimeout) {
+  std::atomic<int> failed{0};
+  auto errors = run_ranks_collect_errors(
+      3,
+      [&failed](Communicator& comm) {
+        comm.set_timeout(std::chrono::milliseconds(1200));  // posts after 300 ms of waiting
+        // Collective #1: rank 0 comes late, so ranks 1 and 2 post that they wait in it.
+        if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        comm.begin("broadcast", "tree", Fingerprint{0, 2, 0, 1, 0});
+        if (comm.rank() == 1) {  // silent from now on, but alive, its communicator open
+          for (int i = 0; i < 1000 && failed.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          return;
+        }
+        try {
+          comm.begin("allreduce", "ring", Fingerprint{0, 1, 0, 1, 0});
+        } catch (...) {
+          failed++;
+          throw;
+        }
+      },
+      {10000, nullptr});
+  EXPECT_EQ(errors[1], "");
+  for (int r : {0, 2}) {
+    // The rank that times out first reports; the other may hear its abort notice instead, which carries
+    // the report.
+    EXPECT_NE(errors[r].find("timed out"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("allreduce #2"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("; rank 1 was not waiting in this collective (has not called it"), std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("rank 1 last waited long in #1 (broadcast)"), std::string::npos) << errors[r];
+    EXPECT_EQ(errors[r].find("rank 0 was not"), std::string::npos) << errors[r];
+    EXPECT_EQ(errors[r].find("rank 2 was not"), std::string::npos) << errors[r];
+  }
+}
+
+// Every rank in the collective, and still a deadline (here: each waits for a message nobody sends):
+// the report says so, which rules out a silent rank.
+TEST(Communicator, DeadlineWithEveryRankWaitingSaysSo) {
+  auto errors = run_ranks_collect_errors(
+      2,
+      [](Communicator& comm) {
+        comm.set_timeout(std::chrono::milliseconds(800));
+        Collective c = comm.begin("allgather", "ring", Fingerprint{0, 3, 0, 1, 0});
+        int x = 0;
+        RequestPtr r = c.recv(1 - comm.rank(), 0, &x, sizeof x);
+        c.wait(r);
+      },
+      {10000, nullptr});
+  for (int r : {0, 1}) {
+    EXPECT_NE(errors[r].find("timed out"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("; every rank was waiting in this collective"), std::string::npos) << errors[r];
+  }
 }
 
 // wait_external (the NCCL transport's wait): the other engine's own error, a rank that gives up, and

@@ -24,7 +24,8 @@
       rather than through torchrun, because torchrun kills the survivors as soon as one rank dies,
       which would hide exactly the hangs these tests look for. Checks SPEC §6: every survivor exits
       non-zero, in bounded time, with a message that says what happened: for a killed victim (die,
-      loop), its rank, and not a timeout; for a silent one, the peer waited for.
+      loop), its rank, and not a timeout; for a silent one, the peer waited for and, from the progress
+      board, the silent rank.
 
 Every wait here has a deadline; on expiry all processes of the test are killed and the test fails.
 """
@@ -282,6 +283,8 @@ def run_fault(args):
                         problems.append(f"rank {r}: its error names neither peer {victim} nor a timeout")
                     if "peer" not in text[r]:
                         problems.append(f"rank {r}: its error does not name the peer it waited for")
+                    if f"rank {victim} was not waiting in this collective" not in text[r]:
+                        problems.append(f"rank {r}: its error does not name the silent rank {victim} (progress board)")
                 else:  # a killed rank is detected (SPEC 6), not waited out: every survivor's error names it
                     if f"peer {victim}" not in text[r]:
                         problems.append(f"rank {r}: its error does not name the killed peer {victim}")

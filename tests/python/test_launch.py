@@ -61,6 +61,8 @@ def test_under_torchrun_a_failed_peer_ends_the_job_non_zero(tmp_path, victim):
     assert took < 60, f"{took:.0f} s: the job was not ended by the failure"
     if victim == "silent":
         assert re.search(r"pride rank [02]/3: sign_allreduce #\d+ .*peer [12]", text), text[-3000:]
+        # Each survivor waited for some peer, maybe the other survivor; the report names the silent one.
+        assert "rank 1 was not waiting in this collective" in text, text[-3000:]
 
 
 def test_the_example_without_a_launcher_says_how_to_start_it():
