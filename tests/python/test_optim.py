@@ -58,6 +58,31 @@ def test_one_process_equals_plain_lion(dtype, mode):
     assert "exp_avg" not in opt.state[params[-1]]  # skipped, not stepped
 
 
+@pytest.mark.parametrize("mode", ["vote", "mean", "global"])
+def test_a_non_contiguous_parameter_steps_like_plain_lion(mode):
+    # A transposed view registered as a parameter: torch's optimizers step it in place; so does
+    # DistributedLion, through a contiguous copy written back (the kernels step flat memory).
+    from pride.optim import DistributedLion
+
+    torch.manual_seed(5)
+    base = torch.randn(7, 9)
+    p = torch.nn.Parameter(base.t())  # 9 x 7, strides (1, 9)
+    q = torch.nn.Parameter(torch.randn(6))
+    assert not p.is_contiguous()
+    ref_p, ref_q = p.detach().clone(), q.detach().clone()
+    ref_m = [torch.zeros_like(ref_p), torch.zeros_like(ref_q)]
+    opt = DistributedLion([p, q], lr=0.01, betas=(0.9, 0.99), weight_decay=0.1, mode=mode)
+    for step in range(4):
+        gs = [torch.randn(9, 7).t().contiguous().t(), torch.randn(6)]  # p's gradient non-contiguous too
+        p.grad, q.grad = gs[0].clone(), gs[1].clone()
+        opt.step()
+        with torch.no_grad():
+            plain_lion_step([ref_p, ref_q], gs, ref_m, 0.01, (0.9, 0.99), 0.1)
+        assert torch.equal(p.detach(), ref_p), f"step {step}"
+        assert torch.equal(q.detach(), ref_q), f"step {step}"
+        assert p.stride() == (1, 9), "the parameter must be stepped in place, not replaced"
+
+
 def test_ternary_votes_give_torch_sign_semantics():
     from pride.optim import DistributedLion
 

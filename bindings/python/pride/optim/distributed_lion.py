@@ -334,7 +334,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             # first kernel: a step over 100 small CPU tensors took 0.40 ms on a 2.8 GHz Xeon before this
             # pass and the kept digest, 0.20 ms after (docs/performance.md, "Host time of a
             # DistributedLion step").
-            by_dtype = {}  # (device, dtype) -> ([params], [grads])
+            by_dtype = {}  # (device, dtype) -> ([params], [grads], [what the kernels step])
             for p in group["params"]:
                 g = p.grad
                 if g is not None and g.is_sparse:
@@ -345,19 +345,23 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     if p.dtype not in _DTYPES:
                         raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got "
                                         f"{p.dtype}")
-                    lists = by_dtype[key] = ([], [])
+                    lists = by_dtype[key] = ([], [], [])
                 lists[0].append(p)
                 lists[1].append(None if g is None or shadow else g.contiguous())
-            for (device, dtype), (params, grads) in by_dtype.items():
+                # The kernels step flat memory: a non-contiguous parameter (a transposed view registered
+                # as one) is stepped in a contiguous copy, written back below, as torch's optimizers allow.
+                lists[2].append(p if p.is_contiguous() else p.detach().contiguous())
+            for (device, dtype), (params, grads, stepped) in by_dtype.items():
                 if self.aggregation != "bits":
                     # Lion Cub's p-bit allreduce: quantized c summed in int8, or its sign by level vote
                     # (lion_cub.py).
                     momenta = self._momenta(params, grads)
-                    lion_cub.int8_step(params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
+                    lion_cub.int8_step(stepped, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                                        float(group["betas"][1]), float(group["weight_decay"]), self.mode,
                                        self.quantization, self.group, self._bucket_elements(device, dtype),
                                        self._int8_scratch.setdefault((device, dtype), lion_cub.Int8Scratch()),
                                        aggregation=self.aggregation)
+                    _write_back(params, stepped)
                     continue
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
@@ -367,11 +371,12 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     target, mode, votes = backend, self.mode, self.votes
                 momenta = self._momenta(params, grads)
                 agreed = _C.distributed_lion_step(
-                    target, params, grads, momenta, float(group["lr"]), float(group["betas"][0]),
+                    target, stepped, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
                     self._bucket_elements(device, dtype), digest, self._workspace(device, dtype), rank)
                 if not agreed:
                     self._raise_layout_mismatch(layout)
+                _write_back(params, stepped)
         self.steps += 1
         if self.momentum_sync is not None and self._distributed() and self.momentum_sync.due(self.steps):
             params = [p for group in self.param_groups for p in group["params"]]
@@ -463,6 +468,13 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         anyone = flat[offset:].tolist()
         return [flat[at:at + p.numel()].view_as(p).to(p.dtype) if any_grad > 0 else None
                 for p, at, any_grad in zip(params, offsets, anyone)]
+
+
+def _write_back(params, stepped):
+    """Copies the step of each parameter that was stepped in a contiguous copy back into it."""
+    for p, s in zip(params, stepped):
+        if s is not p:
+            p.copy_(s)
 
 
 def _first_difference(layouts):
