@@ -4,6 +4,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -66,20 +67,23 @@ std::chrono::milliseconds ProgressBoard::post_after(std::chrono::milliseconds ti
 
 void ProgressBoard::post_waiting(uint64_t sequence, const std::string& call) {
   // Detached: a store that never answers must not hold up this rank's exit (a joined thread would).
-  std::thread([store = store_, key = key_of(rank_), value = encode(sequence, call)] {
-    try {
-      store->set(key, value);
-    } catch (...) {
-      // The board is a diagnostic: a store that failed leaves only the report poorer.
-    }
-  }).detach();
+  // The board is a diagnostic: a thread that cannot start, or a store that fails, leaves only the
+  // report poorer, never the collective.
+  try {
+    std::thread([store = store_, key = key_of(rank_), value = encode(sequence, call)] {
+      try {
+        store->set(key, value);
+      } catch (...) {
+      }
+    }).detach();
+  } catch (const std::system_error&) {
+  }
 }
 
 std::string ProgressBoard::report(uint64_t sequence, const std::string& call, std::chrono::milliseconds patience) {
   auto reading = std::make_shared<Reading>();
   const Clock::time_point until = Clock::now() + patience;
-  std::thread([reading, store = store_, rank = rank_, size = size_, sequence, until,
-               mine = encode(sequence, call)] {
+  auto read = [reading, store = store_, rank = rank_, size = size_, sequence, until, mine = encode(sequence, call)] {
     std::vector<Post> posts(static_cast<size_t>(size));
     try {
       store->set(key_of(rank), mine);
@@ -102,7 +106,12 @@ std::string ProgressBoard::report(uint64_t sequence, const std::string& call, st
     reading->posts = std::move(posts);
     reading->done = true;
     reading->done_cv.notify_all();
-  }).detach();
+  };
+  try {
+    std::thread(std::move(read)).detach();
+  } catch (const std::system_error&) {
+    return std::string();
+  }
 
   std::unique_lock<std::mutex> lock(reading->mutex);
   // A little past `until`: the reader's last round of the store.

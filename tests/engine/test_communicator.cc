@@ -1,9 +1,13 @@
 // Communicator and transport: point-to-point delivery, tags, fingerprints, deadlines, traffic counters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -12,6 +16,7 @@
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "backend/liveness/progress_board.h"
 #include "backend/transport/gpu_transport_choice.h"
 #include "collectives/engine/call_description.h"
 #include "collectives/engine/sign/sign_types.h"
@@ -187,6 +192,76 @@ TEST(Communicator, DeadlineWithEveryRankWaitingSaysSo) {
     EXPECT_NE(errors[r].find("timed out"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("; every rank was waiting in this collective"), std::string::npos) << errors[r];
   }
+}
+
+// The progress board over stores written here: a map (what the report says of several absent ranks),
+// and one that never answers (its host stopped), which must cost the report its patience and no more.
+class MapStore final : public Store {
+ public:
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_[key] = value;
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return values_.at(key);
+  }
+  void wait(const std::vector<std::string>&) override { throw std::logic_error("not used by the board"); }
+  int64_t add(const std::string&, int64_t) override { throw std::logic_error("not used by the board"); }
+  bool check(const std::vector<std::string>& keys) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::all_of(keys.begin(), keys.end(), [this](const std::string& k) { return values_.count(k) > 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::vector<uint8_t>> values_;
+};
+
+class StuckStore final : public Store {
+ public:
+  explicit StuckStore(std::shared_future<void> released) : released_(std::move(released)) {}
+  void set(const std::string&, const std::vector<uint8_t>&) override { released_.wait(); }
+  std::vector<uint8_t> get(const std::string&) override { released_.wait(); return {}; }
+  void wait(const std::vector<std::string>&) override { released_.wait(); }
+  int64_t add(const std::string&, int64_t) override { released_.wait(); return 0; }
+  bool check(const std::vector<std::string>&) override { released_.wait(); return false; }
+
+ private:
+  std::shared_future<void> released_;
+};
+
+TEST(ProgressBoard, NamesEveryRankNotWaitingAndWhereEachLastWaited) {
+  auto store = std::make_shared<MapStore>();
+  ProgressBoard rank0(store, 0, 5), rank2(store, 2, 5), rank3(store, 3, 5), rank4(store, 4, 5);
+  rank0.post_waiting(3, "broadcast");
+  rank3.post_waiting(5, "allreduce");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the posts run on their own threads
+  // Rank 4 reports on #5: rank 3 waits in it, rank 0 last waited in #3, ranks 1 and 2 never posted.
+  const std::string report = rank4.report(5, "allreduce", std::chrono::milliseconds(200));
+  EXPECT_EQ(report, "; ranks 0, 1 and 2 were not waiting in this collective (have not called it: hung or busy in "
+                    "other code, or skipping it); rank 0 last waited long in #3 (broadcast)");
+  // Once the others post #5 in time, every rank was waiting.
+  rank0.post_waiting(5, "allreduce");
+  ProgressBoard(store, 1, 5).post_waiting(5, "allreduce");
+  rank2.post_waiting(5, "allreduce");
+  EXPECT_EQ(rank4.report(5, "allreduce", std::chrono::milliseconds(2000)), "; every rank was waiting in this collective");
+}
+
+TEST(ProgressBoard, AStoreThatDoesNotAnswerCostsOnlyThePatience) {
+  std::promise<void> release;
+  auto store = std::make_shared<StuckStore>(release.get_future().share());
+  ProgressBoard board(store, 0, 3);
+  auto started = std::chrono::steady_clock::now();
+  board.post_waiting(1, "allreduce");  // must not block
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(100));
+  started = std::chrono::steady_clock::now();
+  EXPECT_EQ(board.report(1, "allreduce", std::chrono::milliseconds(300)), "");
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_GE(took, std::chrono::milliseconds(300));
+  EXPECT_LT(took, std::chrono::milliseconds(1500));
+  release.set_value();  // the detached threads end
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
 // wait_external (the NCCL transport's wait): the other engine's own error, a rank that gives up, and
