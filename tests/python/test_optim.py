@@ -107,11 +107,41 @@ def test_a_parameter_listed_twice_is_refused(name):
     w, b = model[0].weight, model[0].bias
     with pytest.raises(ValueError, match=rf"{name}: a parameter group lists the same tensor twice \(positions 0 and 2"):
         cls([w, b, w])
+    # named parameters, (name, tensor) pairs: tied weights listed under two names
+    with pytest.raises(ValueError, match=r"same tensor twice \(positions 0 and 2"):
+        cls([("embed.weight", w), ("bias", b), ("head.weight", w)])
     opt = cls(p for p in model.parameters())
     with pytest.raises(ValueError, match="same tensor twice"):
         extra = torch.nn.Parameter(torch.zeros(3))
         opt.add_param_group({"params": [extra, extra]})
     assert [len(g["params"]) for g in opt.param_groups] == [6]
+
+
+def _stepped_outside_its_group(rank, world, store_path):
+    # Built on every rank (as torch's new_group runs), stepped on rank 2, outside the group [0, 1]: a
+    # clear error, not a bare AttributeError (vote), plain local Lion (global) or a step uphill (the Adams).
+    import pride.optim
+
+    init_group(rank, world, store_path)
+    group = dist.new_group([0, 1])
+    p = torch.nn.Parameter(torch.zeros(4))
+    for make in (lambda: pride.optim.DistributedLion([p], lr=0.01, group=group),
+                 lambda: pride.optim.DistributedLion([p], lr=0.01, group=group, mode="global"),
+                 lambda: pride.optim.OneBitAdam([p], lr=0.01, group=group),
+                 lambda: pride.optim.ZeroOneAdam([p], lr=0.01, group=group)):
+        opt = make()
+        p.grad = torch.ones(4)
+        if rank == 2:
+            with pytest.raises(RuntimeError, match=r"\(rank 2\): this rank is not a member of the optimizer's group"):
+                opt.step()
+            assert torch.equal(p.detach(), torch.zeros(4))
+        else:
+            opt.step()
+    dist.destroy_process_group()
+
+
+def test_stepping_outside_the_optimizers_group_is_refused():
+    run(_stepped_outside_its_group, 3)
 
 
 def _replicas(rank, world, store_path, mode, dtype):

@@ -32,6 +32,16 @@ def _not_a_member(group):
     return group is not None and group == dist.GroupMember.NON_GROUP_MEMBER
 
 
+def _refuse_a_non_member(group, what):
+    """An optimizer may be built on every rank, its group's members or not (torch's new_group runs on all
+    of them); stepping it on a rank outside the group has no defined meaning: its collectives are no-ops
+    there. A clear error, where the step would otherwise fail obscurely, train alone, or divide by the
+    group size -1 that torch reports to a non-member (a step uphill)."""
+    if _not_a_member(group):
+        raise RuntimeError(f"pride {what} (rank {dist.get_rank()}): this rank is not a member of the optimizer's "
+                           f"group; step the optimizer only on the group's ranks")
+
+
 def sign_allreduce(t, mode="vote", group=None, async_op=False, votes="binary"):
     """In place: every rank gets the element-wise majority vote ("vote") or mean ("mean") of the
     ranks' signs of ``t``. Binary votes: x > 0 votes +1, anything else -1; ternary votes: ±0 and NaN

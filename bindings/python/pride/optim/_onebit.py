@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from .. import ddp_hooks
-from ..collectives import _not_a_member, compressed_allreduce, compressed_allreduce_server_numel
+from ..collectives import _not_a_member, _refuse_a_non_member, compressed_allreduce, compressed_allreduce_server_numel
 from ._param_groups import no_duplicates
 
 _log = logging.getLogger("pride")
@@ -88,6 +88,7 @@ class CompressedAdamBase(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        _refuse_a_non_member(self.group, f"optim.{self._name}")
         loss = None
         if closure is not None:
             with torch.enable_grad():

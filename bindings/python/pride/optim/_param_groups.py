@@ -18,6 +18,8 @@ def no_duplicates(param_group, optimizer):
     param_group["params"] = params
     seen = {}
     for i, p in enumerate(params):
+        if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str):
+            p = p[1]  # named parameters: (name, tensor) pairs, which torch accepts
         first = seen.setdefault(id(p), i)
         if first != i:
             raise ValueError(f"{optimizer}: a parameter group lists the same tensor twice (positions {first} and {i}, "

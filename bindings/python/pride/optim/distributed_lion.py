@@ -11,7 +11,7 @@ from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from .. import _C
 from .. import ddp_hooks
-from ..collectives import _not_a_member
+from ..collectives import _not_a_member, _refuse_a_non_member
 from . import lion_cub
 from ._param_groups import no_duplicates
 from .lion_cub import MomentumSync
@@ -314,6 +314,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     def _step(self, shadow):
         """One step; a shadow step (a joined rank's, see join_hook) runs the same collectives with no
         gradient at all, so this rank abstains everywhere and only the ranks still training vote."""
+        _refuse_a_non_member(self.group, "optim.DistributedLion")
         # G-Lion averages gradients with torch.distributed on whatever group it was given; the voting
         # modes need pride's sign-allreduce.
         if not self._ddp_checked and self._distributed():
