@@ -23,7 +23,9 @@
 
 #include "backend/common/error.h"
 #include "backend/common/settings.h"
+#include "collectives/engine/call_description.h"
 #include "collectives/engine/standard/collectives.h"
+#include "collectives/engine/standard/common.h"
 #define PRIDE_KERNEL_NS test_standard
 #include "collectives/bits/element_traits.h"
 #undef PRIDE_KERNEL_NS
@@ -753,6 +755,49 @@ TEST(Alltoallv, EveryGroupSizeAndLayout) {
                           fmt::format("rank {}/{} alltoallv layout {} from {}", r, n, layout, p));
           offset += recv_bytes[size_t(p)];
         }
+      }
+    });
+  }
+}
+
+// The size digests of allgatherv and reduce_scatter stay below the detail's flag bits: a digest with
+// bit 62 set read as "over NCCL" (and would let a UCX rank agree with an NCCL one).
+TEST(Fingerprints, SizeDigestsLeaveTheFlagBitsClear) {
+  std::mt19937_64 rng(7);
+  int flagged_before = 0;
+  for (int trial = 0; trial < 256; ++trial) {
+    std::vector<size_t> sizes(size_t(trial % 7 + 1));
+    for (size_t& s : sizes) s = size_t(rng() % 100000);
+    flagged_before += (standard::hash_sizes(sizes) & kFingerprintOverNccl) != 0;
+    const uint64_t detail = standard::sizes_detail(sizes);
+    EXPECT_EQ(detail >> 56, 0u) << trial;
+    const std::string call = describe_call(
+        standard::fingerprint(standard::OpId::kAllgatherv, ScalarType::kUInt8, 24, detail));
+    EXPECT_EQ(call.find("NCCL"), std::string::npos) << call;
+  }
+  EXPECT_GT(flagged_before, 0) << "the test's premise: unmasked digests do set the flag";
+}
+
+// In place (torch's all_to_all_single(t, t)): one buffer is both the input and the output. Blocks of
+// different sizes per pair (symmetric, so each rank's total is the same both ways).
+TEST(Alltoallv, InPlaceGivesEveryBlock) {
+  for (int n : kGroupSizes) {
+    run_ranks(n, [n](Communicator& comm) {
+      const int r = comm.rank();
+      auto bytes = [](int a, int b) { return size_t((a + b) % 5) * 3 + 1; };
+      std::vector<size_t> send_bytes(static_cast<size_t>(n)), recv_bytes(static_cast<size_t>(n));
+      std::vector<uint8_t> buffer;
+      for (int p = 0; p < n; ++p) {
+        send_bytes[size_t(p)] = bytes(r, p);
+        recv_bytes[size_t(p)] = bytes(p, r);
+        for (size_t i = 0; i < bytes(r, p); ++i) buffer.push_back(pattern(r * 16 + p, i));
+      }
+      alltoallv(comm, buffer.data(), send_bytes, buffer.data(), recv_bytes);
+      size_t offset = 0;
+      for (int p = 0; p < n; ++p) {
+        expect_elements(buffer.data() + offset, recv_bytes[size_t(p)], [&](size_t i) { return pattern(p * 16 + r, i); },
+                        fmt::format("rank {}/{} alltoallv in place from {}", r, n, p));
+        offset += recv_bytes[size_t(p)];
       }
     });
   }

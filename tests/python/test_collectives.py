@@ -213,6 +213,17 @@ def _other_collectives(rank, world, store_path):
         out = torch.empty(sum(out_splits), dtype=dtype)
         dist.all_to_all_single(out, inp, out_splits, in_splits)
         assert torch.equal(out, torch.cat([torch.full((rank + 1,), r).to(dtype) for r in range(world)]))
+    # all_to_all_single in place (output is input): with 3 ranks a block received in one step was sent
+    # from the same memory in a later one. Equal splits, then splits that differ per pair.
+    t = torch.arange(world * 2, dtype=torch.float32) + 100 * rank
+    dist.all_to_all_single(t, t)
+    assert torch.equal(t, torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r
+                                     for r in range(world)])), "all_to_all_single in place"
+    sizes = [[(a + b) % 3 + 1 for b in range(world)] for a in range(world)]  # rank a sends sizes[a][b] to b
+    t = torch.cat([torch.full((sizes[rank][b],), 10.0 * rank + b) for b in range(world)])
+    dist.all_to_all_single(t, t, [sizes[a][rank] for a in range(world)], sizes[rank])
+    assert torch.equal(t, torch.cat([torch.full((sizes[a][rank],), 10.0 * a + rank) for a in range(world)])), \
+        "all_to_all_single in place, uneven"
     # coalesced variants
     ts = [make(rank, torch.float32, n) for n in (3, 5, 7)]
     dist.all_reduce_coalesced(ts)

@@ -38,7 +38,7 @@ void allgatherv(Communicator& comm, const void* in, const std::vector<size_t>& b
   check_buffer(comm, kName, in, bytes[size_t(comm.rank())], "in");
   check_buffer(comm, kName, out, total, "out");
   Collective c = comm.begin(kName, "allgatherv_ring",
-                            fingerprint(OpId::kAllgatherv, ScalarType::kUInt8, total, hash_sizes(bytes)));
+                            fingerprint(OpId::kAllgatherv, ScalarType::kUInt8, total, sizes_detail(bytes)));
   gather_into_place(c, in, out, blocks_of(bytes));
 }
 

@@ -6,7 +6,9 @@
 // The ranks' size vectors legitimately differ (send_bytes[p] on rank r is recv_bytes[r] on rank p),
 // so the fingerprint cannot hold them; each receive checks instead that the peer sent exactly the
 // expected length (a longer message is a truncation error in the transport, a shorter one here).
+#include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "collectives/engine/standard/common.h"
@@ -31,6 +33,17 @@ void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& se
   const Blocks receives = blocks_of(recv_bytes);
   const auto* source = static_cast<const char*>(in);
   auto* target = static_cast<char*>(out);
+  // In place (torch's all_to_all_single(t, t)): step s receives into a block that a later step sends
+  // from, so the sends read a copy. With 3 ranks every rank got a wrong block without it.
+  const size_t send_total = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t(0));
+  const size_t recv_total = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t(0));
+  std::vector<char> source_copy;
+  const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  if (send_total > 0 && recv_total > 0 && at(source) < at(target) + recv_total &&
+      at(target) < at(source) + send_total) {
+    source_copy.assign(source, source + send_total);
+    source = source_copy.data();
+  }
   if (send_bytes[size_t(r)] > 0) {
     std::memmove(target + receives.offset[size_t(r)], source + sends.offset[size_t(r)], send_bytes[size_t(r)]);
   }

@@ -38,6 +38,13 @@ inline uint64_t hash_sizes(const std::vector<size_t>& sizes) {
   return h;
 }
 
+// hash_sizes as a fingerprint's detail holds it: below bit 56, since bits 59-62 of a detail are flags
+// (call_description.h: "over NCCL" and the sign codings). Unmasked, half of all digests carried the NCCL
+// bit: the message said "over NCCL" on a UCX call, and a UCX rank and an NCCL rank could agree.
+inline uint64_t sizes_detail(const std::vector<size_t>& sizes) {
+  return hash_sizes(sizes) & ((uint64_t(1) << 56) - 1);
+}
+
 // Largest message a collective sends from a scratch buffer (reduction rounds) or as one pipeline
 // segment: big enough that per-message overhead is negligible, small enough that scratch memory
 // stays a few MiB whatever the buffer size.

@@ -19,7 +19,7 @@ void reduce_scatter(Communicator& comm, const void* in, void* out, const std::ve
   const size_t mine = counts[size_t(comm.rank())];
   check_buffer(comm, kName, out, mine * scalar_size(type), "out");
   // detail: the op mixed into the hash of the counts (both must match on every rank).
-  const uint64_t detail = hash_sizes(counts) ^ static_cast<uint64_t>(op);
+  const uint64_t detail = sizes_detail(counts) ^ static_cast<uint64_t>(op);
   Collective c = comm.begin(kName, "reduce_scatter_ring", fingerprint(OpId::kReduceScatter, type, total, detail));
   ring_reduce_scatter(c, in, out, blocks_of(counts), type, op, /*phase=*/0);
   if (op == ReduceOp::kAvg && comm.size() > 1) divide_elements(type, out, mine, comm.size());
