@@ -61,7 +61,9 @@ def test_one_process_equals_plain_lion(dtype, mode):
 @pytest.mark.parametrize("mode", ["vote", "mean", "global"])
 def test_a_non_contiguous_parameter_steps_like_plain_lion(mode):
     # A transposed view registered as a parameter: torch's optimizers step it in place; so does
-    # DistributedLion, through a contiguous copy written back (the kernels step flat memory).
+    # DistributedLion, through a contiguous copy written back (the kernels step flat memory). Oracles:
+    # lion-pytorch on a twin of the same strides, and Lion written out here.
+    from lion_pytorch import Lion
     from pride.optim import DistributedLion
 
     torch.manual_seed(5)
@@ -71,13 +73,17 @@ def test_a_non_contiguous_parameter_steps_like_plain_lion(mode):
     assert not p.is_contiguous()
     ref_p, ref_q = p.detach().clone(), q.detach().clone()
     ref_m = [torch.zeros_like(ref_p), torch.zeros_like(ref_q)]
+    twin = torch.nn.Parameter(base.clone().t())
     opt = DistributedLion([p, q], lr=0.01, betas=(0.9, 0.99), weight_decay=0.1, mode=mode)
+    lion = Lion([twin], lr=0.01, betas=(0.9, 0.99), weight_decay=0.1)
     for step in range(4):
         gs = [torch.randn(9, 7).t().contiguous().t(), torch.randn(6)]  # p's gradient non-contiguous too
-        p.grad, q.grad = gs[0].clone(), gs[1].clone()
+        p.grad, q.grad, twin.grad = gs[0].clone(), gs[1].clone(), gs[0].clone()
         opt.step()
+        lion.step()
         with torch.no_grad():
             plain_lion_step([ref_p, ref_q], gs, ref_m, 0.01, (0.9, 0.99), 0.1)
+        assert torch.equal(p.detach(), twin.detach()), f"step {step}: differs from lion-pytorch"
         assert torch.equal(p.detach(), ref_p), f"step {step}"
         assert torch.equal(q.detach(), ref_q), f"step {step}"
         assert p.stride() == (1, 9), "the parameter must be stepped in place, not replaced"

@@ -335,7 +335,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             # first kernel: a step over 100 small CPU tensors took 0.40 ms on a 2.8 GHz Xeon before this
             # pass and the kept digest, 0.20 ms after (docs/performance.md, "Host time of a
             # DistributedLion step").
-            by_dtype = {}  # (device, dtype) -> ([params], [grads], [what the kernels step])
+            by_dtype = {}  # (device, dtype) -> ([params], [grads], [what the kernels step], [(param, copy)])
             for p in group["params"]:
                 g = p.grad
                 if g is not None and g.is_sparse:
@@ -346,13 +346,17 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     if p.dtype not in _DTYPES:
                         raise TypeError(f"DistributedLion: parameters must be float32, bfloat16 or float16, got "
                                         f"{p.dtype}")
-                    lists = by_dtype[key] = ([], [], [])
+                    lists = by_dtype[key] = ([], [], [], [])
                 lists[0].append(p)
                 lists[1].append(None if g is None or shadow else g.contiguous())
                 # The kernels step flat memory: a non-contiguous parameter (a transposed view registered
                 # as one) is stepped in a contiguous copy, written back below, as torch's optimizers allow.
-                lists[2].append(p if p.is_contiguous() else p.detach().contiguous())
-            for (device, dtype), (params, grads, stepped) in by_dtype.items():
+                if p.is_contiguous():
+                    lists[2].append(p)
+                else:
+                    lists[2].append(p.detach().contiguous())
+                    lists[3].append((p, lists[2][-1]))
+            for (device, dtype), (params, grads, stepped, copies) in by_dtype.items():
                 if self.aggregation != "bits":
                     # Lion Cub's p-bit allreduce: quantized c summed in int8, or its sign by level vote
                     # (lion_cub.py).
@@ -362,7 +366,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                                        self.quantization, self.group, self._bucket_elements(device, dtype),
                                        self._int8_scratch.setdefault((device, dtype), lion_cub.Int8Scratch()),
                                        aggregation=self.aggregation)
-                    _write_back(params, stepped)
+                    for p, copy in copies:
+                        p.copy_(copy)
                     continue
                 if self.mode == "global":
                     # G-Lion: plain Lion on the averaged gradient, Δ = sign(c) exactly, nothing voted.
@@ -377,7 +382,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     self._bucket_elements(device, dtype), digest, self._workspace(device, dtype), rank)
                 if not agreed:
                     self._raise_layout_mismatch(layout)
-                _write_back(params, stepped)
+                for p, copy in copies:
+                    p.copy_(copy)
         self.steps += 1
         if self.momentum_sync is not None and self._distributed() and self.momentum_sync.due(self.steps):
             params = [p for group in self.param_groups for p in group["params"]]
@@ -469,13 +475,6 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         anyone = flat[offset:].tolist()
         return [flat[at:at + p.numel()].view_as(p).to(p.dtype) if any_grad > 0 else None
                 for p, at, any_grad in zip(params, offsets, anyone)]
-
-
-def _write_back(params, stepped):
-    """Copies the step of each parameter that was stepped in a contiguous copy back into it."""
-    for p, s in zip(params, stepped):
-        if s is not p:
-            p.copy_(s)
 
 
 def _first_difference(layouts):
