@@ -177,29 +177,47 @@ def _params_bytes(model):
 
 def _warmup_is_adamw_worker(rank, world_size, store_path, kind):
     harness.init_group(rank, world_size, store_path)
-    model = _model()
+    # Beside the model: a frozen layer (no gradient ever), a branch every rank uses for the first 8 steps
+    # only, and one only rank 0 uses. torch's AdamW takes no step for the first two once their gradients
+    # are None (not even weight decay) and averages the third with the other ranks' zeros.
+    model, frozen, until8, rank0 = _model(), torch.nn.Linear(4, 4), torch.nn.Linear(8, 1), torch.nn.Linear(8, 1)
+    frozen.requires_grad_(False)
+    params = [*model.parameters(), *frozen.parameters(), *until8.parameters(), *rank0.parameters()]
     kw = dict(freeze_step=50) if kind == "onebit" else dict(var_freeze_step=50, var_update_scaler=1000)
-    opt = _make(kind, model.parameters(), bias_correction=True, weight_decay=0.1, **kw)
+    opt = _make(kind, params, bias_correction=True, weight_decay=0.1, **kw)
     # The oracle: torch's AdamW on the mean of every rank's gradient, computed here from every rank's data.
-    reference = _model()
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    torch.manual_seed(1)
+    ref_layers = [_model(), torch.nn.Linear(4, 4), torch.nn.Linear(8, 1), torch.nn.Linear(8, 1)]
+    for ref, mine in zip(ref_layers, (model, frozen, until8, rank0)):
+        ref.load_state_dict(mine.state_dict())
+    ref_layers[1].requires_grad_(False)
+    ref_params = [p for layer in ref_layers for p in layer.parameters()]
+    ref_opt = torch.optim.AdamW(ref_params, lr=1e-2, weight_decay=0.1, foreach=False)
+
+    def loss_of(layers, r, step):
+        x, y = _batch(r, step)
+        out = layers[0](x)
+        if step < 8:
+            out = out + layers[2](x)
+        if r == 0:
+            out = out + layers[3](x)
+        return torch.nn.functional.mse_loss(out, y)
+
     for step in range(20):
         opt.zero_grad()
-        _loss(model, rank, step).backward()
+        loss_of((model, frozen, until8, rank0), rank, step).backward()
         opt.step()
         grads = []
         for r in range(world_size):
-            reference.zero_grad()
-            _loss(reference, r, step).backward()
-            grads.append([p.grad.clone() for p in reference.parameters()])
-        for p, *gs in zip(reference.parameters(), *grads):
-            total = gs[0].clone()
-            for g in gs[1:]:
-                total += g
-            p.grad = total / world_size
+            ref_opt.zero_grad()
+            loss_of(ref_layers, r, step).backward()
+            grads.append([None if p.grad is None else p.grad.clone() for p in ref_params])
+        for p, *gs in zip(ref_params, *grads):
+            present = [g for g in gs if g is not None]
+            p.grad = sum(present[1:], present[0].clone()) / world_size if present else None
         ref_opt.step()
-        for a, b in zip(model.parameters(), reference.parameters()):
-            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"step {step}")
+        for i, (a, b) in enumerate(zip(params, ref_params)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"step {step}, parameter {i}")
     dist.destroy_process_group()
 
 
@@ -350,6 +368,105 @@ def _fused_vs_torch_worker(rank, world_size, store_path, kind, dtype, bias_corre
     assert ({"1bit", "none"} if kind == "zeroone" else {"1bit"}) <= set(kinds[4:]), kinds
     assert took_fused and all(took_fused), "the fused kernels did not take the local steps"
     dist.destroy_process_group()
+
+
+def _missing_gradients_worker(rank, world_size, store_path, kind, fused):
+    """Through the compressed phases: a parameter with no gradient anywhere never moves (weight decay
+    included), one whose gradients stop stays where it was, one without a gradient on some ranks or at
+    a synchronisation keeps the replicas identical."""
+    harness.init_group(rank, world_size, store_path)
+    shapes = [(40, 3), (17,), (5, 5), (33,)]
+    start = [torch.randn(s, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(shapes)]
+    params = [torch.nn.Parameter(t.clone()) for t in start]
+    if kind == "onebit":
+        opt = _make(kind, params, weight_decay=0.1, freeze_step=3)
+    else:
+        opt = _make(kind, params, weight_decay=0.1, var_freeze_step=3, var_update_scaler=1, local_step_scaler=2,
+                    local_step_clipper=4)
+    opt._use_fused_kernels = fused
+    took_fused = []
+    name = "_fused_local_step" if kind == "zeroone" else "_fused_compressed_step"
+    fused_step = getattr(opt, name)
+    setattr(opt, name, lambda *a: took_fused.append(fused_step(*a)) or took_fused[-1])
+    stopped_at = None
+    absent_at_a_sync = 0
+    for step in range(40):
+        t = step + 1
+        communicates = opt.next_step_communicates() if kind == "zeroone" else "1bit"
+        g = torch.Generator().manual_seed(100 * step + rank)
+        grads = [torch.randn(s, generator=g) for s in shapes]
+        grads[1] = None  # frozen
+        if t > 2:
+            grads[2] = None  # its gradients stop in the warm-up
+        if (t % 3 == 1 and rank == 0) or t % 4 == 0:
+            grads[3] = None  # missing on one rank, or on every rank (every 4th step: some synchronisations)
+        absent_at_a_sync += t % 4 == 0 and communicates == "1bit" and t > 3
+        for p, grad in zip(params, grads):
+            p.grad = grad
+        opt.step()
+        if t == 2:
+            stopped_at = params[2].detach().clone()
+        where = f"rank {rank} step {t} ({communicates})"
+        assert torch.equal(params[1], start[1]), f"{where}: the frozen parameter moved"
+        if t > 2:
+            assert torch.equal(params[2], stopped_at), f"{where}: a parameter without gradients moved"
+        if communicates != "none":
+            everyone = [None] * world_size
+            dist.all_gather_object(everyone, b"".join(p.detach().numpy().tobytes() for p in params))
+            assert all(b == everyone[0] for b in everyone), f"{where}: replicas differ"
+    assert not torch.equal(params[0], start[0]) and not torch.equal(params[3], start[3])
+    assert absent_at_a_sync >= 2, absent_at_a_sync
+    assert not opt.state[params[1]]["exp_avg"].any(), "the frozen parameter's momentum moved"
+    assert took_fused and all(took_fused) == fused and any(took_fused) == fused
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "torch-ops"])
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_parameters_without_gradients(kind, fused):
+    harness.run(_missing_gradients_worker, 2, kind, fused)
+
+
+def _settings_differ_worker(rank, world_size, store_path, what):
+    harness.init_group(rank, world_size, store_path)
+    shapes = [(4,), (3, 2)] if what != "shape" or rank == 0 else [(4,), (2, 3)]
+    params = [torch.nn.Parameter(torch.ones(s)) for s in shapes]
+    lr = 0.02 if what == "lr" and rank == 1 else 0.01
+    opt = _make("onebit", params, freeze_step=2)
+    opt.param_groups[0]["lr"] = lr
+    for p in params:
+        p.grad = torch.ones_like(p)
+    if what == "step count" and rank == 0:
+        opt.param_groups[0]["step"] = 1  # as after a step the other rank skipped
+    with pytest.raises(ValueError) as raised:
+        opt.step()
+    message = str(raised.value)
+    assert f"rank {rank} of 2" in message, message
+    expected = {"lr": "lr: rank 0 has 0.01, rank 1 has 0.02", "shape": "parameter 1: rank 0 has ((3, 2), 'float32'), "
+                "rank 1 has ((2, 3), 'float32')", "step count": "step: rank 0 has 1, rank 1 has 0"}[what]
+    assert expected in message, message
+    assert torch.equal(params[0], torch.ones(4)), "a step was taken"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("what", ["lr", "shape", "step count"])
+def test_ranks_whose_settings_differ_get_an_error_naming_the_difference(what):
+    harness.run(_settings_differ_worker, 2, what)
+
+
+def test_param_groups_are_checked_when_added_and_may_be_empty():
+    import pride
+
+    for make in (pride.optim.OneBitAdam, pride.optim.ZeroOneAdam):
+        a = torch.nn.Parameter(torch.ones(3))
+        opt = make([a], lr=0.1)
+        with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+            opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(3, dtype=torch.float64))]})
+        assert len(opt.param_groups) == 1, "the refused group was added"
+        opt.add_param_group({"params": []})
+        a.grad = torch.ones(3)
+        opt.step()
+        assert (a < 1).all()
 
 
 def _same_bits(a, b):

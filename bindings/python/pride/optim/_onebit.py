@@ -6,8 +6,18 @@ Each parameter group is one flat float32 buffer for communication (DeepSpeed fla
 one worker scale per group and call, the group's worker error (its numel) and server error (this
 rank's owned chunk) in the state of the group's first parameter. Schedule counters live in the
 param_group dict, so state_dict() carries them.
+
+Missing gradients, as torch's AdamW treats them: a parameter without a gradient on every rank (frozen,
+or a branch no rank's batch reached) takes no step at all, not even weight decay, and its moments stay
+as they are. One without a gradient on some ranks only counts as zeros there (DDP's
+find_unused_parameters does the same). The ranks agree on which is which, and check that their groups
+and settings match, through one allreduce of a byte per parameter (plus 16) at the start of each step.
+An absent parameter keeps its place in the group's flat vector, so the error state keeps its layout:
+its part carries what it would send with nothing new (its momentum, or zeros), and the result there is
+not applied.
 """
 
+import hashlib
 import logging
 import weakref
 
@@ -44,20 +54,26 @@ class CompressedAdamBase(torch.optim.Optimizer):
         if not wd >= 0.0:
             raise ValueError(f"{self._name}: invalid weight_decay {wd}")
         defaults = dict(defaults, betas=tuple(betas))
-        super().__init__(params, defaults)
+        super().__init__(params, defaults)  # checks each group in add_param_group
         self.group = group
-        for g in self.param_groups:
-            devices = {p.device for p in g["params"]}
-            if len(devices) > 1:
-                raise ValueError(f"{self._name}: a parameter group's parameters must share one device, got {devices}")
-            for p in g["params"]:
-                if p.dtype not in _DTYPES:
-                    raise TypeError(f"{self._name}: parameters must be float32, bfloat16 or float16, got {p.dtype}")
         self._check_group()
 
     def add_param_group(self, param_group):
+        """torch's add_param_group, with what the flat buffers need: no tensor twice, float32, bfloat16
+        or float16 parameters on one device per group. A group that fails is not added."""
         no_duplicates(param_group, self._name)
         super().add_param_group(param_group)
+        params = self.param_groups[-1]["params"]
+        problem = None
+        devices = {p.device for p in params}
+        if len(devices) > 1:
+            problem = ValueError(f"{self._name}: a parameter group's parameters must share one device, got {devices}")
+        for p in params:
+            if p.dtype not in _DTYPES:
+                problem = TypeError(f"{self._name}: parameters must be float32, bfloat16 or float16, got {p.dtype}")
+        if problem is not None:
+            self.param_groups.pop()
+            raise problem
 
     # ---- The group ----
     def _check_group(self):
@@ -93,12 +109,70 @@ class CompressedAdamBase(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for g in self.param_groups:
-            self._step_group(g)
+        for g, present in zip(self.param_groups, self._agree()):
+            if g["params"]:
+                self._step_group(g, present)
         return loss
 
-    def _step_group(self, g):
+    def _step_group(self, g, present):
+        """One step of group g; present[i]: whether its parameter i has a gradient on some rank."""
         raise NotImplementedError
+
+    # ---- What the ranks agree on before a step ----
+    def _agree(self):
+        """Per group, which parameters have a gradient on some rank; and a check that the ranks' groups,
+        parameter shapes, dtypes, settings and schedule counters match (as DistributedLion checks its
+        layout), so that ranks that differ get an error naming the difference instead of compressed
+        steps paired wrongly. One uint8 MAX allreduce: a byte per parameter, then an 8-byte digest d and
+        255 − d, whose maxima sum to 255 everywhere only when every rank has the same d."""
+        local = [[p.grad is not None for p in g["params"]] for g in self.param_groups]
+        _, world = self._world()
+        if world == 1:
+            return local
+        digest = hashlib.blake2b(repr(self._settings()).encode(), digest_size=8).digest()
+        flags = [int(here) for group in local for here in group]
+        agreed = torch.tensor(flags + list(digest) + [255 - b for b in digest], dtype=torch.uint8)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
+        n = len(flags)
+        if not bool(((agreed[n:n + 8].int() + agreed[n + 8:].int()) == 255).all()):
+            self._raise_settings_mismatch()
+        agreed = agreed[:n].tolist()
+        out, start = [], 0
+        for group in local:
+            out.append([bool(x) for x in agreed[start:start + len(group)]])
+            start += len(group)
+        return out
+
+    def _settings(self):
+        """What every rank must have the same of: each group's settings and counters, and its parameters'
+        shapes and dtypes, as (group, what, value) entries."""
+        out = []
+        for i, g in enumerate(self.param_groups):
+            out.append((i, "number of parameters", len(g["params"])))
+            for key in sorted(k for k in g if k != "params"):
+                value = g[key]
+                out.append((i, key, value.tolist() if torch.is_tensor(value) else value))
+            for j, p in enumerate(g["params"]):
+                out.append((i, f"parameter {j}", (tuple(p.shape), str(p.dtype).replace("torch.", ""))))
+        return out
+
+    def _raise_settings_mismatch(self):
+        """Every rank saw the mismatch (the same allreduce result): they exchange their settings to name
+        the first difference, and all raise."""
+        rank, world = self._world()
+        everyone = [None] * world
+        dist.all_gather_object(everyone, self._settings(), group=self.group)
+        where = "the number of parameter groups"
+        for entries in zip(*everyone):
+            if any(e != entries[0] for e in entries[1:]):
+                group, what = entries[0][0], entries[0][1]
+                values = ", ".join(f"rank {r} has {e[2]!r}" if (e[0], e[1]) == (group, what) else
+                                   f"rank {r} has group {e[0]}'s {e[1]}" for r, e in enumerate(entries))
+                where = f"parameter group {group}, {what}: {values}"
+                break
+        raise ValueError(f"{self._name} (rank {rank} of {world}): the ranks' optimizers differ in {where}. Every "
+                         f"rank must build the same parameter groups with the same settings and call step() "
+                         f"the same number of times")
 
     # ---- Saving and loading ----
     def state_dict(self):
@@ -121,7 +195,7 @@ class CompressedAdamBase(torch.optim.Optimizer):
         # always does. The moments and schedules are the same on every rank and stay.
         dropped = 0
         for g in self.param_groups:
-            st = self.state.get(g["params"][0], {})
+            st = self.state.get(g["params"][0], {}) if g["params"] else {}
             for key in ("worker_error", "server_error"):
                 dropped += st.pop(key, None) is not None
         _log.warning("%s (rank %d of %d): the state dict was saved by rank %s of %s; its error-feedback state "
@@ -187,9 +261,10 @@ class CompressedAdamBase(torch.optim.Optimizer):
         flat.div_(world)
         return [t.view_as(p) for t, p in zip(flat.split([p.numel() for p in g["params"]]), g["params"])]
 
-    def _compressed_mean(self, g, tensors, variances=None):
+    def _compressed_mean(self, g, tensors, variances=None, write=None):
         """The ranks' mean of `tensors` (float32, one per parameter) through the 1-bit compressed
-        allreduce with the group's error feedback, written back into `tensors`.
+        allreduce with the group's error feedback, written back into `tensors` (only where ``write[i]``
+        when given: an absent parameter's part is sent, and its result dropped).
 
         Sign compression never yields 0, so an element that carries nothing gets ±scale. Where its
         variance is exactly 0 (no gradient ever reached it on a variance step: an input pixel that is
@@ -200,6 +275,8 @@ class CompressedAdamBase(torch.optim.Optimizer):
         torch.cat([t.reshape(-1) for t in tensors], out=flat)
         self._compressed_mean_in_place(g, flat)
         for i, (t, part) in enumerate(zip(tensors, flat.split([t.numel() for t in tensors]))):
+            if write is not None and not write[i]:
+                continue
             t.copy_(part.view_as(t))
             if variances is not None and g["mask_zero_variance"]:
                 mask = self._nonzero_variance(variances[i])
@@ -291,6 +368,27 @@ class CompressedAdamBase(torch.optim.Optimizer):
                 master.mul_(1 - lr * weight_decay)
             master.addcdiv_(m, denom, value=-step_size)
             p.copy_(master)
+
+
+def _runs(flags):
+    """The maximal runs of consecutive true flags, as (start, stop) index pairs: the fused kernels step
+    each run of present parameters as one slice of the group's flat buffer."""
+    runs, start = [], None
+    for i, flag in enumerate(list(flags) + [False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def _offsets(params):
+    """Where each parameter starts in its group's flat vector, and the total (n + 1 entries)."""
+    out = [0]
+    for p in params:
+        out.append(out[-1] + p.numel())
+    return out
 
 
 def _compress_alone(flat, worker, server):

@@ -1,5 +1,6 @@
 """1-bit Adam (Tang et al., ICML 2021, arXiv 2102.02888) over pride's compressed allreduce."""
 
+from . import _onebit
 from ._onebit import CompressedAdamBase
 
 
@@ -21,6 +22,10 @@ class OneBitAdam(CompressedAdamBase):
     Elements whose frozen variance is exactly 0 (never a gradient in the warm-up) take no compressed
     step (``mask_zero_variance``, DeepSpeed's exp_avg_mask derived automatically): the compressed
     momentum is ±scale everywhere, and ±scale/eps would blow them up.
+
+    A parameter without a gradient on every rank takes no step (torch's AdamW); one without a gradient
+    on some ranks counts as zeros there. The ranks agree on which, and check that their groups and
+    settings match, through one small allreduce per step (pride/optim/_onebit.py).
 
     The optimizer does its own communication: give it each rank's local gradients (under DDP,
     ``opt.attach(ddp_model)`` registers pride.ddp_hooks.local_gradients_hook). The error-feedback state
@@ -45,30 +50,35 @@ class OneBitAdam(CompressedAdamBase):
         g = self.param_groups[group_index]
         return g["step"] + 1 > g["freeze_step"]
 
-    def _step_group(self, g):
+    def _step_group(self, g, present):
         t = g["step"] + 1
         beta1, beta2 = g["betas"]
         moments = [self._moments(p) for p in g["params"]]
         if t <= g["freeze_step"]:
-            for (m, v), grad in zip(moments, self._averaged_grads(g)):
-                m.lerp_(grad, 1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        elif self._fused_compressed_step(g, t, moments):
+            for (m, v), grad, here in zip(moments, self._averaged_grads(g), present):
+                if here:
+                    m.lerp_(grad, 1 - beta1)
+                    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        elif self._fused_compressed_step(g, t, moments, present):
             g["step"] = t
             return
         else:
-            for (m, _), grad in zip(moments, self._local_grads(g)):
-                m.lerp_(grad, 1 - beta1)
-            self._compressed_mean(g, [m for m, _ in moments], [v for _, v in moments])
+            # An absent parameter sends its momentum as it is; its result is not applied.
+            for (m, _), grad, here in zip(moments, self._local_grads(g), present):
+                if here:
+                    m.lerp_(grad, 1 - beta1)
+            self._compressed_mean(g, [m for m, _ in moments], [v for _, v in moments], write=present)
         v_step = min(t, g["freeze_step"])
-        for p, (m, v) in zip(g["params"], moments):
-            self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t, v_step,
-                              beta1, beta2)
+        for p, (m, v), here in zip(g["params"], moments, present):
+            if here:
+                self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t, v_step,
+                                  beta1, beta2)
         g["step"] = t
 
-    def _fused_compressed_step(self, g, t, moments):
+    def _fused_compressed_step(self, g, t, moments, present):
         """A compressed step by pride's fused kernels (CPU or CUDA); False, having done nothing, where they do
-        not apply (mixed dtypes or devices, non-contiguous tensors, a build without CUDA for CUDA tensors)."""
+        not apply (mixed dtypes or devices, non-contiguous tensors, a build without CUDA for CUDA tensors).
+        Each run of present parameters is one launch over its slice of the flat buffer."""
         params = g["params"]
         grads = [p.grad for p in params]
         momenta, variances = [m for m, _ in moments], [v for _, v in moments]
@@ -77,10 +87,17 @@ class OneBitAdam(CompressedAdamBase):
         from .. import _C
 
         flat = self._group_flat_buffer(g)
-        _C.onebit_adam_momentum(params, grads, momenta, flat, beta1=g["betas"][0])
+        at = _onebit._offsets(params)
+        runs = _onebit._runs(present)
+        for a, b in runs:
+            _C.onebit_adam_momentum(params[a:b], grads[a:b], momenta[a:b], flat[at[a]:at[b]], beta1=g["betas"][0])
+        for i, here in enumerate(present):
+            if not here:
+                flat[at[i]:at[i + 1]].copy_(momenta[i].view(-1))
         self._compressed_mean_in_place(g, flat)
         step_size, bc2_sqrt = self._step_size_and_bias_correction2_sqrt(g, t, min(t, g["freeze_step"]))
-        _C.onebit_adam_apply(flat, params, momenta, variances, lr=g["lr"], eps=g["eps"], weight_decay=g["weight_decay"],
-                             step_size=step_size, bias_correction2_sqrt=bc2_sqrt,
-                             bias_correction=g["bias_correction"], mask_zero_variance=g["mask_zero_variance"])
+        for a, b in runs:
+            _C.onebit_adam_apply(flat[at[a]:at[b]], params[a:b], momenta[a:b], variances[a:b], lr=g["lr"], eps=g["eps"],
+                                 weight_decay=g["weight_decay"], step_size=step_size, bias_correction2_sqrt=bc2_sqrt,
+                                 bias_correction=g["bias_correction"], mask_zero_variance=g["mask_zero_variance"])
         return True

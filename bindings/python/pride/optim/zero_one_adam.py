@@ -32,6 +32,12 @@ class ZeroOneAdam(CompressedAdamBase):
     Elements whose variance is exactly 0 take no compressed step (``mask_zero_variance``, as in
     OneBitAdam).
 
+    A parameter without a gradient on every rank takes no step (torch's AdamW); one without a gradient
+    on some ranks counts as zeros there. In the local phase a parameter that moved since the last
+    synchronisation synchronises whether or not it has a gradient at that step; one that did not has
+    nothing to send and stays where it is. The ranks agree on presence, and check that their groups and
+    settings match, through one small allreduce per step (pride/optim/_onebit.py).
+
     The optimizer does its own communication (``attach(ddp_model)`` under DDP). Its error-feedback
     state, accumulators and schedules are in ``state_dict()``; save each rank's own to resume exactly.
     """
@@ -68,32 +74,42 @@ class ZeroOneAdam(CompressedAdamBase):
         if "momentum_accumulator" not in st:
             st["momentum_accumulator"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
             st["sync_anchor"] = p.detach().float().clone(memory_format=torch.contiguous_format)
+            st["moved_since_sync"] = False
         return st["momentum_accumulator"], st["sync_anchor"]
 
-    def _step_group(self, g):
-        if g["frozen"]:
-            self._local_step(g)
-        else:
-            self._variance_phase_step(g)
+    def _moved_since_sync(self, p):
+        """Whether p took a local step since the last synchronisation (then it must synchronise, with or
+        without a gradient now). A state saved before this flag existed says nothing: True, as then."""
+        return self.state[p].get("moved_since_sync", True)
 
-    def _variance_phase_step(self, g):
+    def _step_group(self, g, present):
+        if g["frozen"]:
+            self._local_step(g, present)
+        else:
+            self._variance_phase_step(g, present)
+
+    def _variance_phase_step(self, g, present):
         t = g["step"] + 1
         beta1, beta2 = g["betas"]
         moments = [self._moments(p) for p in g["params"]]
         variance_step = t % g["var_interval"] == 0
         if variance_step:
-            for (m, v), grad in zip(moments, self._averaged_grads(g)):
-                m.lerp_(grad, 1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            for (m, v), grad, here in zip(moments, self._averaged_grads(g), present):
+                if here:
+                    m.lerp_(grad, 1 - beta1)
+                    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             g["var_steps"] += 1
         else:
+            # An absent parameter sends zeros (no gradient anywhere); its result is not applied.
             grads = self._local_grads(g, copy=True)  # the compressed mean is written into them
-            self._compressed_mean(g, grads, [v for _, v in moments])
-            for (m, _), grad in zip(moments, grads):
-                m.lerp_(grad, 1 - beta1)
-        for p, (m, v) in zip(g["params"], moments):
-            self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t,
-                              max(g["var_steps"], 1), beta1, beta2)
+            self._compressed_mean(g, grads, [v for _, v in moments], write=present)
+            for (m, _), grad, here in zip(moments, grads, present):
+                if here:
+                    m.lerp_(grad, 1 - beta1)
+        for p, (m, v), here in zip(g["params"], moments, present):
+            if here:
+                self._adam_update(p, m, v, g["lr"], g["eps"], g["weight_decay"], g["bias_correction"], t,
+                                  max(g["var_steps"], 1), beta1, beta2)
         if variance_step:
             g["var_counter"] += 1
             if g["var_counter"] == g["var_update_scaler"]:
@@ -107,13 +123,24 @@ class ZeroOneAdam(CompressedAdamBase):
                 acc, anchor = self._accumulator(p)
                 acc.zero_()
                 anchor.copy_(p)
+                self.state[p]["moved_since_sync"] = False
 
-    def _local_step(self, g):
+    def _local_step(self, g, present):
         t = g["step"] + 1
         g["lrs"] += g["lr"]
         sync = t % g["local_step_interval"] == 0
-        if not self._fused_local_step(g, t, sync):
-            self._torch_local_step(g, t, sync)
+        # Who synchronises: every parameter that moved since the last synchronisation, present now or
+        # not (its accumulated steps must reach the other ranks); one that did not has nothing to send
+        # and takes no step. Agreed, since presence is.
+        synced = [here or self._moved_since_sync(p) for p, here in zip(g["params"], present)] if sync else None
+        if not self._fused_local_step(g, t, present, synced):
+            self._torch_local_step(g, t, present, synced)
+        for p, here in zip(g["params"], present):
+            if here:
+                self.state[p]["moved_since_sync"] = True
+        for p, done in zip(g["params"], synced or ()):
+            if done:
+                self.state[p]["moved_since_sync"] = False
         if sync:
             g["lrs"] = 0.0
         g["local_step_counter"] += 1
@@ -122,10 +149,11 @@ class ZeroOneAdam(CompressedAdamBase):
             g["local_step_interval"] = min(g["local_step_clipper"], 2 * g["local_step_interval"])
         g["step"] = t
 
-    def _fused_local_step(self, g, t, sync):
-        """The local step (and a synchronisation) by pride's fused kernels (CPU or CUDA); False, having done
-        nothing, where they do not apply (mixed dtypes or devices, non-contiguous tensors, a build without
-        CUDA for CUDA tensors)."""
+    def _fused_local_step(self, g, t, present, synced):
+        """The local step (and a synchronisation, where ``synced`` is given) by pride's fused kernels (CPU
+        or CUDA), one launch per run of present (synchronised) parameters over its slice of the flat
+        buffer; False, having done nothing, where they do not apply (mixed dtypes or devices,
+        non-contiguous tensors, a build without CUDA for CUDA tensors)."""
         params = g["params"]
         moments = [self._moments(p) for p in params]
         kept = [self._accumulator(p) for p in params]
@@ -139,34 +167,52 @@ class ZeroOneAdam(CompressedAdamBase):
         beta1 = g["betas"][0]
         lr, eps = g["lr"], g["eps"]
         step_size, bc2_sqrt = self._step_size_and_bias_correction2_sqrt(g, t, max(g["var_steps"], 1))
-        flat = self._group_flat_buffer(g) if sync else None
-        _C.zero_one_adam_local_step(params, grads, momenta, variances, accumulators, flat, lr=lr, beta1=beta1,
-                                    eps=eps, weight_decay=g["weight_decay"], step_size=step_size,
-                                    bias_correction2_sqrt=bc2_sqrt, bias_correction=g["bias_correction"])
-        if sync:
+        flat = self._group_flat_buffer(g) if synced is not None else None
+        at = _onebit._offsets(params)
+        for a, b in _onebit._runs(present):
+            _C.zero_one_adam_local_step(params[a:b], grads[a:b], momenta[a:b], variances[a:b], accumulators[a:b],
+                                        None if flat is None else flat[at[a]:at[b]], lr=lr, beta1=beta1, eps=eps,
+                                        weight_decay=g["weight_decay"], step_size=step_size,
+                                        bias_correction2_sqrt=bc2_sqrt, bias_correction=g["bias_correction"])
+        if synced is not None:
+            for i, here in enumerate(present):
+                if here:
+                    continue
+                part = flat[at[i]:at[i + 1]]
+                if synced[i]:  # its accumulated steps in momentum units, as the kernel writes them
+                    torch.mul(accumulators[i].view(-1), _onebit._sqrt(variances[i]).add_(eps).view(-1), out=part)
+                else:
+                    part.zero_()
             self._compressed_mean_in_place(g, flat)
-            _C.zero_one_adam_sync(flat, params, momenta, variances, accumulators, anchors, eps=eps,
-                                  lr_sum=g["lrs"], mask_zero_variance=g["mask_zero_variance"])
+            for a, b in _onebit._runs(synced):
+                _C.zero_one_adam_sync(flat[at[a]:at[b]], params[a:b], momenta[a:b], variances[a:b],
+                                      accumulators[a:b], anchors[a:b], eps=eps, lr_sum=g["lrs"],
+                                      mask_zero_variance=g["mask_zero_variance"])
         return True
 
-    def _torch_local_step(self, g, t, sync):
+    def _torch_local_step(self, g, t, present, synced):
         beta1, beta2 = g["betas"]
         lr, eps = g["lr"], g["eps"]
         moments = [self._moments(p) for p in g["params"]]
-        accumulators = []
-        for p, (m, v), grad in zip(g["params"], moments, self._local_grads(g)):
-            m.lerp_(grad, 1 - beta1)
+        kept = []
+        for p, (m, v), grad, here in zip(g["params"], moments, self._local_grads(g), present):
             acc, anchor = self._accumulator(p)
+            kept.append((p, m, v, acc, anchor))
+            if not here:
+                continue
+            m.lerp_(grad, 1 - beta1)
             before = p.detach().to(torch.float32, copy=True)  # .float() of a float32 tensor is the tensor itself
             self._adam_update(p, m, v, lr, eps, g["weight_decay"], g["bias_correction"], t, max(g["var_steps"], 1),
                               beta1, beta2)
             acc.add_(p.float() - before)  # u: the sum of this rank's steps since the last synchronisation
-            accumulators.append((p, m, v, acc, anchor))
-        if sync:
-            denoms = [_onebit._sqrt(v).add_(eps) for _, _, v, _, _ in accumulators]
-            steps = [acc.mul_(d) for (_, _, _, acc, _), d in zip(accumulators, denoms)]  # momentum units
-            self._compressed_mean(g, steps, [v for _, _, v, _, _ in accumulators])
-            for (p, m, v, acc, anchor), d in zip(accumulators, denoms):
+        if synced is not None:
+            denoms = [_onebit._sqrt(v).add_(eps) if done else None for (_, _, v, _, _), done in zip(kept, synced)]
+            steps = [acc.mul_(d) if done else torch.zeros_like(acc)  # momentum units
+                     for (_, _, _, acc, _), d, done in zip(kept, denoms, synced)]
+            self._compressed_mean(g, steps, [v for _, _, v, _, _ in kept], write=synced)
+            for (p, m, v, acc, anchor), d, done in zip(kept, denoms, synced):
+                if not done:
+                    continue
                 if g["lrs"] > 0:  # the lr-weighted mean momentum of the ranks (lr 0: nothing moved)
                     m.copy_(acc).div_(-g["lrs"])
                 anchor.add_(acc / d)
