@@ -149,7 +149,9 @@ class CompressedAdamBase(torch.optim.Optimizer):
         out = []
         for i, g in enumerate(self.param_groups):
             out.append((i, "number of parameters", len(g["params"])))
-            for key in sorted(k for k in g if k != "params"):
+            # This optimizer's own keys only: others (a scheduler's, a framework's) may hold objects whose
+            # repr differs between processes.
+            for key in sorted(k for k in g if k in self.defaults and k != "params"):
                 value = g[key]
                 out.append((i, key, value.tolist() if torch.is_tensor(value) else value))
             for j, p in enumerate(g["params"]):
