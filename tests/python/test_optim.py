@@ -648,6 +648,7 @@ def _sharded_checkpoint(rank, world, store_path):
     for p, m in zip(resumed.parameters(), my_momentum):
         assert torch.equal(opt2.state[p]["exp_avg"], m), "each rank must get its own momentum back"
     assert opt2.param_groups[0]["lr"] == 0.01 and opt2.param_groups[0]["weight_decay"] == 0.01
+    assert opt2.steps == 3
     _train_steps(resumed, opt2, rank, range(3, 6))
     for a, b in zip(model.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
@@ -701,6 +702,115 @@ def _rank0_state_everywhere(rank, world, store_path):
 
 def test_one_ranks_state_loaded_everywhere_is_defined_and_noted():
     run(_rank0_state_everywhere, 2)
+
+
+def _dcp_api_resume(rank, world, store_path, through):
+    # torch's DCP state-dict API keeps only "state" and "param_groups" of an optimizer's state dict: the
+    # step count that a MomentumSync schedule reads must travel in them, or the momenta are averaged after
+    # other steps than in the uninterrupted run.
+    import copy
+    import os
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    from pride.optim import DistributedLion, MomentumSync
+
+    init_group(rank, world, store_path)
+    options = StateDictOptions(flatten_optimizer_state_dict=through == "flattened")
+
+    def make(seed):
+        model = make_model(torch.float32, seed=seed)
+        return model, DistributedLion(model.parameters(), lr=0.01, weight_decay=0.01,
+                                      momentum_sync=MomentumSync(every=3))
+
+    # In memory each rank keeps its own momentum: save between synchronisations. dcp.save keeps one copy of
+    # tensors that every rank writes under the same key (plain tensors are taken as replicated), so through
+    # files save right after a synchronisation, where the ranks' momenta are bitwise equal. A count that
+    # restarts (at 0, or at 1 after the step DCP takes on a fresh optimizer) must shift the schedule: no
+    # offset of a multiple of 3.
+    saved_at = 6 if through == "files" else 5
+    model, opt = make(0)
+    _train_steps(model, opt, rank, range(saved_at))
+    momenta = torch.cat([opt.state[p]["exp_avg"].flatten() for p in model.parameters()])
+    everyone = [torch.empty_like(momenta) for _ in range(world)]
+    dist.all_gather(everyone, momenta)
+    assert torch.equal(everyone[0], everyone[1]) == (through == "files")
+    model_state = copy.deepcopy(get_model_state_dict(model))
+    optim_state = copy.deepcopy(get_optimizer_state_dict(model, opt, options=options))
+    assert opt.steps == saved_at
+    if through == "files":
+        checkpoint = os.path.join(os.path.dirname(store_path), "dcp_api")
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint)
+    _train_steps(model, opt, rank, range(saved_at, 11))  # synchronisations after steps 6 (files: before) and 9
+
+    resumed, opt2 = make(1)  # other weights and no momentum, until loaded
+    if through == "files":
+        state = {"model": get_model_state_dict(resumed), "optim": get_optimizer_state_dict(resumed, opt2)}
+        dcp.load(state, checkpoint_id=checkpoint)
+        model_state, optim_state = state["model"], state["optim"]
+    set_model_state_dict(resumed, model_state)
+    set_optimizer_state_dict(resumed, opt2, optim_state, options=options)
+    assert opt2.steps == saved_at
+    _train_steps(resumed, opt2, rank, range(saved_at, 11))
+    assert opt2.steps == opt.steps == 11
+    for i, (a, b) in enumerate(zip(model.parameters(), resumed.parameters())):
+        assert torch.equal(a, b), f"parameter {i}"
+        assert torch.equal(opt.state[a]["exp_avg"], opt2.state[b]["exp_avg"]), f"momentum {i}"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("through", ["memory", "flattened", "files"])
+def test_dcp_state_dict_api_keeps_the_step_count_of_momentum_sync(through):
+    run(_dcp_api_resume, 2, through)
+
+
+def test_an_old_state_dict_restores_the_step_count():
+    # Before the count rode in param_groups it was saved only under "pride": such state dicts still load.
+    from pride.optim import DistributedLion, MomentumSync
+
+    model = make_model(torch.float32)
+    opt = DistributedLion(model.parameters(), lr=0.01, momentum_sync=MomentumSync(every=3))
+    _train_steps(model, opt, 0, range(2))
+    old = opt.state_dict()
+    for group in old["param_groups"]:
+        del group["step"]
+    old["pride"] = {"rank": 0, "world_size": 1, "steps": 7}
+    fresh = DistributedLion(make_model(torch.float32).parameters(), lr=0.01, momentum_sync=MomentumSync(every=3))
+    fresh.load_state_dict(old)
+    assert fresh.steps == 7 and [g["step"] for g in fresh.param_groups] == [7]
+    assert fresh.state_dict()["pride"]["steps"] == 7
+    # a state dict with neither (torch's own keys only) leaves the count as it was
+    fresh.load_state_dict({"state": old["state"], "param_groups": old["param_groups"]})
+    assert fresh.steps == 7
+
+
+def test_the_step_count_is_in_every_param_group_and_not_in_the_layout():
+    from pride.optim import DistributedLion
+
+    model = make_model(torch.float32)
+    params = list(model.parameters())
+    opt = DistributedLion([{"params": params[:2]}, {"params": params[2:4], "lr": 0.1}], lr=0.01)
+    assert opt.steps == 0 and [g["step"] for g in opt.param_groups] == [0, 0]
+    _train_steps(model, opt, 0, range(1))
+    layout = opt._layout()
+    _train_steps(model, opt, 0, range(1, 3))
+    assert opt._layout() == layout, "the count must not enter the layout that the ranks compare"
+    opt.add_param_group({"params": params[4:], "step": 0})  # a new group joins at the current count
+    assert opt.steps == 3 and [g["step"] for g in opt.param_groups] == [3, 3, 3]
+    opt.steps = 5  # still settable, as the attribute was
+    assert [g["step"] for g in opt.state_dict()["param_groups"]] == [5, 5, 5]
+    # a state dict saved by one rank while the groups disagree (edited by hand): the largest count wins
+    state = opt.state_dict()
+    state["param_groups"][1]["step"] = 9
+    del state["pride"]
+    opt.load_state_dict(state)
+    assert opt.steps == 9 and [g["step"] for g in opt.param_groups] == [9, 9, 9]
+    # the sharded checkpoint's groups keep their old keys (the count travels at its top level)
+    sharded = opt.sharded_state_dict()
+    assert sharded["steps"] == 9 and all("step" not in g for g in sharded["param_groups"])
 
 
 def _bucket_calls_agreed(rank, world_size, store_path, differ):

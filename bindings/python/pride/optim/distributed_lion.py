@@ -57,6 +57,10 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     so the checkpoint keeps them all). Frameworks that save one rank's ``state_dict()`` and load it on
     every rank get a defined result: every rank starts from that rank's momentum (replicas stay
     identical, since the parameters are and the update is voted), with a logged note.
+    The step count ``opt.steps`` (what a ``MomentumSync`` schedule counts) is kept in every param group
+    under "step", the same number in each, so that torch's DCP state-dict API
+    (``get_optimizer_state_dict`` / ``set_optimizer_state_dict``, which keep only "state" and
+    "param_groups") carries it too; it is no hyper-parameter and not part of the layout the ranks compare.
 
     Under DistributedDataParallel, DDP would all-reduce the fp32 gradients before the vote (every rank
     then votes on the same average, and the traffic is DDP's, not the vote's). ``attach(ddp_model)``
@@ -119,7 +123,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.quantization = quantization
         self.momentum_sync = momentum_sync
         self._int8_scratch = {}  # (device, dtype) -> lion_cub.Int8Scratch: the quantized aggregations' buffers
-        self.steps = 0  # steps taken (the momentum-sync schedule counts them; saved in state_dict)
+        # self.steps, the steps taken (the momentum-sync schedule counts them), lives in the param groups
+        # ("step"): add_param_group gave each group the count, 0.
         self.mode = mode
         self.group = group
         self.votes = votes
@@ -131,23 +136,42 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self._check_group()
 
     # ---- Per-rank state ----
+    @property
+    def steps(self):
+        """Steps taken: what a MomentumSync schedule counts. Kept in every param group under "step" (one
+        count for the optimizer, the same in each group), so that every state dict that keeps the param
+        groups keeps it: torch's state_dict(), and DCP's get_optimizer_state_dict, which drops any other
+        top-level entry."""
+        groups = self.param_groups
+        return groups[0].get("step", 0) if groups else 0
+
+    @steps.setter
+    def steps(self, value):
+        value = int(value)
+        for group in self.param_groups:
+            group["step"] = value
+
     def _rank_and_world(self):
         if not dist.is_initialized():
             return 0, 1
         return dist.get_rank(self.group), dist.get_world_size(self.group)
 
     def state_dict(self):
-        """torch's optimizer state dict, plus which rank of how many saved it (this rank's momentum)."""
+        """torch's optimizer state dict (the step count in each param group, "step"), plus which rank of
+        how many saved it (this rank's momentum) and the step count again (where state dicts before the
+        param groups held it kept it)."""
         state = super().state_dict()
         rank, world = self._rank_and_world()
         state["pride"] = {"rank": rank, "world_size": world, "steps": self.steps}
         return state
 
     def load_state_dict(self, state_dict):
+        """torch's load_state_dict. The step count comes from the param groups ("step"; the largest, should
+        they differ), or, in a state dict saved before they held it, from the "pride" entry; a state dict
+        with neither (torch's own keys, written by hand) leaves the count as it was."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("pride", None)
-        if saved is not None:
-            self.steps = saved.get("steps", 0)
+        before = self.steps
         rank, world = self._rank_and_world()
         if saved is not None and world > 1 and saved.get("rank") != rank:
             _log.warning(
@@ -155,7 +179,14 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                 "starts from that rank's momentum (replicas stay identical). To keep every rank's own momentum, "
                 "save and load opt.sharded_state_dict() with torch.distributed.checkpoint.", rank, world,
                 saved.get("rank"), saved.get("world_size"))
-        super().load_state_dict(state_dict)
+        super().load_state_dict(state_dict)  # the param groups are now the saved ones
+        counts = [int(group["step"]) for group in self.param_groups if "step" in group]
+        if counts:
+            self.steps = max(counts)
+        elif saved is not None:
+            self.steps = saved.get("steps", 0)
+        else:
+            self.steps = before
 
     def sharded_state_dict(self):
         """A state dict for torch.distributed.checkpoint (dcp.save / dcp.load) that keeps every rank's
@@ -165,7 +196,9 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         rank, world = self._rank_and_world()
         params = [p for group in self.param_groups for p in group["params"]]
         momenta = {str(i): self._momentum(p) for i, p in enumerate(params)}  # zeros until a first step
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        # The groups without their copy of the step count, which travels as "steps": the keys that
+        # checkpoints saved before the groups held it have (dcp.load wants every key it is given).
+        groups = [{k: v for k, v in g.items() if k not in ("params", "step")} for g in self.param_groups]
         return {"param_groups": groups, "world_size": world, "steps": self.steps, "momentum": {f"rank{rank}": momenta}}
 
     def load_sharded_state_dict(self, state_dict):
@@ -184,7 +217,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             self._momentum(p).copy_(momenta[str(i)])
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update(saved)
-        self.steps = int(state_dict.get("steps", 0))
+        self.steps = int(state_dict.get("steps", 0))  # into every group
 
     # ---- Joinable (torch.distributed.algorithms.join) ----
     def join_hook(self, **kwargs):
@@ -274,7 +307,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
 
     def _layout(self):
         """What every rank must agree on: each parameter's place, shape, dtype and device type, in order,
-        and each group's hyper-parameters and the optimizer's settings. Gradients play no part."""
+        and each group's hyper-parameters and the optimizer's settings. Gradients play no part, nor does
+        the step count that each group holds ("step"; the schedules that read it are compared instead)."""
         # The step keeps the digest of a layout that compares equal to the last one, so values that compare
         # equal must print the same: floats (16 and 16.0, -0.0 and 0.0: `+ 0.0` makes the zero positive).
         # torch.Size and torch.dtype print the same on every rank, and are cheaper to read than strings
@@ -384,13 +418,15 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     self._raise_layout_mismatch(layout)
                 for p, copy in copies:
                     p.copy_(copy)
-        self.steps += 1
-        if self.momentum_sync is not None and self._distributed() and self.momentum_sync.due(self.steps):
+        steps = self.steps + 1
+        self.steps = steps
+        if self.momentum_sync is not None and self._distributed() and self.momentum_sync.due(steps):
             params = [p for group in self.param_groups for p in group["params"]]
             lion_cub.average_momenta([self._momentum(p) for p in self.momentum_sync.selected(params)], self.group)
 
     def add_param_group(self, param_group):
         no_duplicates(param_group, "DistributedLion")
+        param_group["step"] = self.steps  # one count for the optimizer: a new group joins at it
         super().add_param_group(param_group)
 
     def _all_params(self):
