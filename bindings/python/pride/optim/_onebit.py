@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from .. import ddp_hooks
 from ..collectives import _not_a_member, _refuse_a_non_member, compressed_allreduce, compressed_allreduce_server_numel
+from . import _grad_scaler
 from ._param_groups import no_duplicates
 
 _log = logging.getLogger("pride")
@@ -42,6 +43,9 @@ class CompressedAdamBase(torch.optim.Optimizer):
     """Shared machinery; see OneBitAdam and ZeroOneAdam."""
 
     _name = "CompressedAdam"
+    # torch.amp.GradScaler calls step() every time and leaves the overflow decision to it: skipped on
+    # every rank when any rank overflowed (_grad_scaler.py).
+    _step_supports_amp_scaling = True
 
     def __init__(self, params, defaults, group=None):
         lr, betas, eps, wd = defaults["lr"], defaults["betas"], defaults["eps"], defaults["weight_decay"]
@@ -109,7 +113,11 @@ class CompressedAdamBase(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for g, present in zip(self.param_groups, self._agree()):
+        presence, overflowed = self._agree()
+        if overflowed:  # some rank's gradients overflowed under a GradScaler: every rank skips the step
+            return loss
+        _grad_scaler.unscale_gradients(self)
+        for g, present in zip(self.param_groups, presence):
             if g["params"]:
                 self._step_group(g, present)
         return loss
@@ -120,17 +128,19 @@ class CompressedAdamBase(torch.optim.Optimizer):
 
     # ---- What the ranks agree on before a step ----
     def _agree(self):
-        """Per group, which parameters have a gradient on some rank; and a check that the ranks' groups,
-        parameter shapes, dtypes, settings and schedule counters match (as DistributedLion checks its
-        layout), so that ranks that differ get an error naming the difference instead of compressed
-        steps paired wrongly. One uint8 MAX allreduce: a byte per parameter, then an 8-byte digest d and
-        255 − d, whose maxima sum to 255 everywhere only when every rank has the same d."""
+        """Per group, which parameters have a gradient on some rank; whether any rank's gradients
+        overflowed under a GradScaler; and a check that the ranks' groups, parameter shapes, dtypes,
+        settings and schedule counters match (as DistributedLion checks its layout), so that ranks that
+        differ get an error naming the difference instead of compressed steps paired wrongly. One uint8
+        MAX allreduce: a byte per parameter, the overflow, then an 8-byte digest d and 255 − d, whose
+        maxima sum to 255 everywhere only when every rank has the same d."""
         local = [[p.grad is not None for p in g["params"]] for g in self.param_groups]
+        overflowed = _grad_scaler.overflowed(self)
         _, world = self._world()
         if world == 1:
-            return local
+            return local, overflowed
         digest = hashlib.blake2b(repr(self._settings()).encode(), digest_size=8).digest()
-        flags = [int(here) for group in local for here in group]
+        flags = [int(here) for group in local for here in group] + [int(overflowed)]
         agreed = torch.tensor(flags + list(digest) + [255 - b for b in digest], dtype=torch.uint8)
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
         n = len(flags)
@@ -141,7 +151,7 @@ class CompressedAdamBase(torch.optim.Optimizer):
         for group in local:
             out.append([bool(x) for x in agreed[start:start + len(group)]])
             start += len(group)
-        return out
+        return out, bool(agreed[-1])
 
     def _settings(self):
         """What every rank must have the same of: each group's settings and counters, and its parameters'

@@ -12,7 +12,7 @@ from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 from .. import _C
 from .. import ddp_hooks
 from ..collectives import _not_a_member, _refuse_a_non_member
-from . import lion_cub
+from . import _grad_scaler, lion_cub
 from ._param_groups import no_duplicates
 from .lion_cub import MomentumSync
 
@@ -79,11 +79,19 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     (pride.level_vote). ``momentum_sync=MomentumSync(every=K | doubling_k=k, until=None, params=None)``
     averages the chosen parameters' momenta over the ranks in float32 after the scheduled steps.
 
+    Mixed precision: under ``torch.amp.GradScaler`` (``scaler.step(opt)``) a rank whose gradients
+    overflowed sits the step out as a joined rank does (below): it abstains, the others vote, every rank
+    applies the result, and the ranks' steps stay paired. (A plain optimizer would skip that rank's step
+    only.)
+
     Uneven inputs: the optimizer is a Joinable. Under ``torch.distributed.algorithms.join.Join([ddp_model,
     opt])`` a rank that ran out of data shadows the others' steps: it abstains in every vote (a missing
     gradient, above), so the ranks still training vote alone, replicas stay identical, and the joined
     rank's momentum is left as it was.
     """
+
+    # torch.amp.GradScaler calls step() every time and leaves the overflow decision to it (_grad_scaler.py).
+    _step_supports_amp_scaling = True
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, mode="vote", group=None,
                  votes="exact", bucket_mb=None, aggregation="bits", quantization="sign", momentum_sync=None):
@@ -342,7 +350,12 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             with torch.enable_grad():
                 loss = closure()
         Join.notify_join_context(self)
-        self._step(shadow=False)
+        # Under torch.amp.GradScaler (_grad_scaler.py): a rank whose gradients overflowed sits the step
+        # out as a joined rank does (it abstains; nothing else changes for the others).
+        shadow = _grad_scaler.overflowed(self)
+        if not shadow:
+            _grad_scaler.unscale_gradients(self)
+        self._step(shadow=shadow)
         return loss
 
     def _step(self, shadow):
