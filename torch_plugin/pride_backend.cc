@@ -1,10 +1,12 @@
 #include "torch_plugin/pride_backend.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 
 #ifdef PRIDE_WITH_CUDA_TENSORS
 #include <c10/cuda/CUDAException.h>
@@ -220,6 +222,17 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const ch
     task = staging->wrap(std::move(task), outputs);
     outputs = staging->originals(outputs);
     device = staging->completion();
+  }
+  // An output whose elements share memory (an expand()ed view: stride 0) cannot hold a result, and
+  // the copy back from the staging buffer would fail only after the ranks had exchanged their data:
+  // refuse it here, before anything is sent, as Gloo refuses every non-contiguous tensor.
+  const char* collective = std::strncmp(name, "pride:", 6) == 0 ? name + 6 : name;  // the profiler's title
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TORCH_CHECK_VALUE(!outputs[i].defined() || at::has_internal_overlap(outputs[i]) != at::MemOverlap::Yes,
+                      "pride ", collective, " (rank ", getRank(), "): output tensor ", i,
+                      " of shape ", outputs[i].sizes(), " and strides ", outputs[i].strides(),
+                      " has elements that share memory (an expand()ed view), so the result cannot be written "
+                      "into it; pass a tensor with memory of its own (e.g. its .clone())");
   }
   auto work = c10::make_intrusive<PrideWork>(getRank(), type, name, std::move(outputs), std::move(device));
   {

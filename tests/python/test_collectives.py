@@ -307,3 +307,32 @@ def test_allreduce_every_dtype_and_op_matches_gloo(world):
 @pytest.mark.parametrize("world", [2, 3])
 def test_other_collectives(world):
     run(_other_collectives, world, deadline_s=300)
+
+
+def _self_overlapping_outputs(rank, world, store_path):
+    # An expand()ed tensor (stride 0) cannot hold a result: every rank is refused before anything is sent,
+    # naming the collective and the rank, and the group goes on working. Read-only inputs may be expanded.
+    init_group(rank, world, store_path)
+    expanded = torch.ones(1).expand(4)
+    calls = {
+        "allreduce": lambda: dist.all_reduce(expanded),
+        "broadcast": lambda: dist.broadcast(expanded, src=0),
+        "allgather": lambda: dist.all_gather([torch.empty(4), expanded], torch.ones(4)),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(torch.ones(1).expand(4 * world), torch.ones(4)),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(expanded, torch.ones(4 * world)),
+        "all_to_all_single": lambda: dist.all_to_all_single(torch.ones(1).expand(2 * world), torch.ones(2 * world)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"pride {name} \(rank {rank}\): output tensor \d+ .*share memory"):
+            call()
+    gathered = [torch.empty(4) for _ in range(world)]
+    dist.all_gather(gathered, torch.full((1,), float(rank)).expand(4))  # an expanded input is only read
+    assert all(torch.equal(g, torch.full((4,), float(r))) for r, g in enumerate(gathered)), gathered
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(sum(range(1, world + 1)))))
+    dist.destroy_process_group()
+
+
+def test_outputs_whose_elements_share_memory_are_refused_before_sending():
+    run(_self_overlapping_outputs, 2)
