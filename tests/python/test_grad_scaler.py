@@ -46,6 +46,12 @@ def _bits(model):
     return b"".join(p.detach().numpy().tobytes() for p in model.parameters())
 
 
+def _overflow_step(kind):
+    # 0/1 Adam: step 6 (index 5) is a synchronisation (everyone skips), step 7 a local step (the overflowed
+    # rank takes it without gradients).
+    return OVERFLOW_STEP + 1 if kind == "zeroone-local" else OVERFLOW_STEP
+
+
 def _worker(rank, world_size, store_path, kind, unscale_first):
     harness.init_group(rank, world_size, store_path, timeout_s=20)
     scaled_model, plain_model = _model(), _model()
@@ -53,10 +59,14 @@ def _worker(rank, world_size, store_path, kind, unscale_first):
     # growth_interval 2: the scale moves up and back down during the run (powers of two, exact).
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
     overflowing = rank == 0
+    overflow_step = _overflow_step(kind)
+    kinds = []
     for step in range(STEPS):
+        if kind.startswith("zeroone"):
+            kinds.append(scaled_opt.next_step_communicates())
         scaled_opt.zero_grad()
         scaler.scale(_loss(scaled_model, rank, step)).backward()
-        if step == OVERFLOW_STEP and overflowing:
+        if step == overflow_step and overflowing:
             next(scaled_model.parameters()).grad[0, 0] = float("inf")
         if unscale_first:
             scaler.unscale_(scaled_opt)  # what gradient clipping needs first
@@ -66,12 +76,12 @@ def _worker(rank, world_size, store_path, kind, unscale_first):
         # The oracle's step.
         plain_opt.zero_grad()
         _loss(plain_model, rank, step).backward()
-        if step == OVERFLOW_STEP:
-            if kind.startswith("lion"):
+        if step == overflow_step:
+            if kind.startswith("lion") or kind == "zeroone-local":
                 if overflowing:
-                    plain_opt.zero_grad(set_to_none=True)  # abstains
+                    plain_opt.zero_grad(set_to_none=True)  # abstains, or a local step without gradients
                 plain_opt.step()
-            # the Adams: no step on any rank
+            # the Adams' communicating steps: no step on any rank
         else:
             plain_opt.step()
 
@@ -79,16 +89,20 @@ def _worker(rank, world_size, store_path, kind, unscale_first):
         assert _bits(scaled_model) == _bits(plain_model), f"{where}: the GradScaler run differs from its oracle"
         everyone = [None] * world_size
         dist.all_gather_object(everyone, _bits(scaled_model))
-        if kind != "zeroone":  # 0/1 Adam's local steps leave replicas apart between synchronisations
+        if not kind.startswith("zeroone") or kinds[-1] != "none":  # local steps leave replicas apart
             assert all(b == everyone[0] for b in everyone), f"{where}: replicas differ"
     assert _bits(scaled_model) != _bits(_model()), "nothing trained"
+    if kind.startswith("zeroone"):
+        assert kinds[overflow_step] == ("1bit" if kind == "zeroone" else "none"), kinds
     if kind in ("onebit", "zeroone"):
         assert scaled_opt.param_groups[0]["step"] == STEPS - 1  # the overflowed step counted nowhere
+    elif kind == "zeroone-local":
+        assert scaled_opt.param_groups[0]["step"] == STEPS  # taken without gradients: schedules stay paired
     dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("unscale_first", [False, True], ids=["scaled", "unscaled-first"])
-@pytest.mark.parametrize("kind", ["lion-vote", "lion-global", "onebit", "zeroone"])
+@pytest.mark.parametrize("kind", ["lion-vote", "lion-global", "onebit", "zeroone", "zeroone-local"])
 def test_an_overflow_on_one_rank_keeps_the_ranks_steps_paired(kind, unscale_first):
     harness.run(_worker, 2, kind, unscale_first)
 
@@ -113,3 +127,38 @@ def test_a_world_of_one_skips_an_overflowed_step_and_unscales_the_others():
             plain_opt.step()
         assert _bits(model) == _bits(plain), f"step {step}"
     assert scaler.get_scale() == 2.0 ** 7  # the overflow backed the scale off, as for any optimizer
+
+
+def test_an_optimizer_without_gradients_under_a_grad_scaler():
+    # Two optimizers under one GradScaler, one of whose parameters got no gradient: GradScaler hands it
+    # found_inf as the int 0 (the sum of no per-device checks), as torch's fused AdamW accepts.
+    import pride
+
+    head = torch.nn.Linear(4, 1)
+    unused = torch.nn.Linear(4, 1)
+    start = [p.detach().clone() for p in unused.parameters()]
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    for make in (lambda ps: pride.optim.DistributedLion(ps, lr=0.1), lambda ps: pride.optim.OneBitAdam(ps, lr=0.1),
+                 lambda ps: pride.optim.ZeroOneAdam(ps, lr=0.1)):
+        opts = [torch.optim.SGD(head.parameters(), lr=0.1), make(unused.parameters())]
+        for _ in range(2):
+            for opt in opts:
+                opt.zero_grad()
+            scaler.scale(head(torch.ones(2, 4)).sum()).backward()
+            for opt in opts:
+                scaler.step(opt)
+            scaler.update()
+        assert all(torch.equal(p, s) for p, s in zip(unused.parameters(), start))
+
+
+def test_float16_gradients_are_refused_where_they_would_be_unscaled():
+    import pride
+
+    for make in (lambda ps: pride.optim.DistributedLion(ps, lr=0.1), lambda ps: pride.optim.OneBitAdam(ps, lr=0.1)):
+        p = torch.nn.Parameter(torch.ones(4, dtype=torch.float16))
+        opt = make([p])
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+        scaler.scale((p.float() * 1.0).sum()).backward()  # gradients of 16 (ones, scaled), in float16
+        with pytest.raises(ValueError, match="FP16 gradients"):
+            scaler.step(opt)
+        assert torch.equal(p, torch.ones(4, dtype=torch.float16))

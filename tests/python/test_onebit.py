@@ -312,6 +312,42 @@ def test_saving_and_loading_each_ranks_state_resumes_exactly(kind, dtype):
     harness.run(_resume_worker, 2, kind, dtype)
 
 
+def _dcp_resume_worker(rank, world_size, store_path, kind, flatten):
+    # torch's DCP state-dict API loads only the state entries that a step on a fresh optimizer creates (it
+    # takes one with lr 0): every entry, the errors and 0/1 Adam's accumulators included, must exist by then.
+    import copy
+
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
+
+    harness.init_group(rank, world_size, store_path)
+    options = StateDictOptions(flatten_optimizer_state_dict=flatten)
+    kw = dict(freeze_step=5) if kind == "onebit" else dict(var_freeze_step=12, var_update_scaler=2,
+                                                           local_step_scaler=5, local_step_clipper=4)
+    straight = _model()
+    opt = _make(kind, straight.parameters(), **kw)
+    _train(straight, opt, rank, 17)
+    saved_model = copy.deepcopy(straight.state_dict())
+    saved = copy.deepcopy(get_optimizer_state_dict(straight, opt, options=options))
+    _train(straight, opt, rank, 23, first=17)
+
+    resumed = _model(seed=99)
+    resumed.load_state_dict(saved_model)
+    opt = _make(kind, resumed.parameters(), **kw)
+    set_optimizer_state_dict(resumed, opt, saved, options=options)
+    keys = {k for st in opt.state.values() for k in st}
+    assert {"worker_error", "server_error"} <= keys, keys
+    _train(resumed, opt, rank, 23, first=17)
+    assert _params_bytes(resumed) == _params_bytes(straight), "resume through DCP differs from the uninterrupted run"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("flatten", [False, True], ids=["nested", "flattened"])
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_resuming_through_torch_dcp_state_dict_api_is_exact(kind, flatten):
+    harness.run(_dcp_resume_worker, 2, kind, flatten)
+
+
 def _fused_vs_torch_worker(rank, world_size, store_path, kind, dtype, bias_correction):
     """Two optimizers on the same parameters and gradients, one through pride's fused CPU kernels and one
     through its torch operations (the oracle: torch's own kernels, and numpy's square root, which unlike
@@ -374,6 +410,8 @@ def _missing_gradients_worker(rank, world_size, store_path, kind, fused):
     """Through the compressed phases: a parameter with no gradient anywhere never moves (weight decay
     included), one whose gradients stop stays where it was, one without a gradient on some ranks or at
     a synchronisation keeps the replicas identical."""
+    import pride
+
     harness.init_group(rank, world_size, store_path)
     shapes = [(40, 3), (17,), (5, 5), (33,)]
     start = [torch.randn(s, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(shapes)]
@@ -403,7 +441,10 @@ def _missing_gradients_worker(rank, world_size, store_path, kind, fused):
         absent_at_a_sync += t % 4 == 0 and communicates == "1bit" and t > 3
         for p, grad in zip(params, grads):
             p.grad = grad
+        before = pride.stats()["collectives"]
         opt.step()
+        if communicates == "none":  # 0/1 Adam's local steps wait for no other rank
+            assert pride.stats()["collectives"] == before, f"step {t}: a local step communicated"
         if t == 2:
             stopped_at = params[2].detach().clone()
         where = f"rank {rank} step {t} ({communicates})"

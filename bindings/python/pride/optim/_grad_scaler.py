@@ -11,9 +11,15 @@ calls ``step()``, with ``grad_scale`` (None when the user already called ``scale
 ``found_inf`` (this rank's overflow) as attributes, and the optimizer decides with the other ranks:
 - OneBitAdam and ZeroOneAdam skip the step on every rank when any rank overflowed (what DDP with
   GradScaler does), agreed in the allreduce every step already makes;
+  (0/1 Adam's local steps send nothing, so there an overflowed rank takes the step without gradients
+  and its schedules stay the others');
 - DistributedLion's overflowed rank sits the step out as a joined rank does: it abstains in every
   vote and keeps its momentum, the others vote, every rank applies the result. No collective is added.
-ShardedGradScaler (torch.distributed.fsdp) works too: it agrees on the overflow itself.
+  The step still counts (``opt.steps``, what MomentumSync reads), also when every rank overflowed.
+ShardedGradScaler (torch.distributed.fsdp) drives them the same way.
+
+float16 gradients are refused where the optimizer would unscale them, as GradScaler.unscale_ refuses
+them: unscaled in float16 the small gradients the scale protects underflow to zero.
 """
 
 import torch
@@ -23,7 +29,11 @@ def overflowed(optimizer):
     """Whether a GradScaler driving this step saw non-finite gradients on this rank (False when no
     GradScaler drives it)."""
     found_inf = getattr(optimizer, "found_inf", None)
-    return found_inf is not None and bool(found_inf.item() > 0)
+    if found_inf is None:
+        return False
+    # A tensor; or the int 0 where GradScaler checked no gradient (none of this optimizer's parameters has
+    # one on this rank: the sum of an empty list).
+    return bool(found_inf.item() > 0) if torch.is_tensor(found_inf) else bool(found_inf > 0)
 
 
 def unscale_gradients(optimizer):
@@ -41,6 +51,11 @@ def unscale_gradients(optimizer):
             if p.grad is not None:
                 if p.grad.is_sparse:
                     raise RuntimeError(f"pride {type(optimizer).__name__}: sparse gradients are not supported")
+                if p.grad.dtype == torch.float16:
+                    raise ValueError(f"pride {type(optimizer).__name__}: attempting to unscale FP16 gradients (a "
+                                     f"float16 parameter under torch.amp.GradScaler, which refuses them too: the "
+                                     f"small gradients the scale protects would underflow); keep float32 master "
+                                     f"parameters, or use bfloat16 without a GradScaler")
                 grouped.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
     for (device, _), grads in grouped.items():
         found = torch.zeros(1, dtype=torch.float32, device=device)  # already known: GradScaler checked

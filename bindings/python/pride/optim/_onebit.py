@@ -113,47 +113,99 @@ class CompressedAdamBase(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        presence, overflowed = self._agree()
+        plans, overflowed = self._agree()
         if overflowed:  # some rank's gradients overflowed under a GradScaler: every rank skips the step
             return loss
         _grad_scaler.unscale_gradients(self)
-        for g, present in zip(self.param_groups, presence):
+        for g, (present, synced) in zip(self.param_groups, plans):
             if g["params"]:
-                self._step_group(g, present)
+                self._create_state(g)
+                self._step_group(g, present, synced)
         return loss
 
-    def _step_group(self, g, present):
-        """One step of group g; present[i]: whether its parameter i has a gradient on some rank."""
+    def _create_state(self, g):
+        """Every state entry the group will ever have, at its first step. torch's DCP state-dict API loads
+        only the entries that a step on a fresh optimizer creates (it takes one with lr 0 first, then
+        loads into what exists): entries made later, such as the errors at the first compressed step,
+        would be dropped by its flattened path."""
+        if "worker_error" in self.state[g["params"][0]]:
+            return  # made at the group's first step (or loaded)
+        self._errors(g)
+        for p in g["params"]:
+            self._moments(p)
+
+    def _step_group(self, g, present, synced):
+        """One step of group g. present[i]: whether its parameter i steps (it has a gradient on some rank;
+        on a local step, on this rank); synced[i] (a synchronisation only, else None): whether it
+        synchronises."""
         raise NotImplementedError
+
+    def _next_step(self, g):
+        """What group g's next step needs from the other ranks: "agree" (it communicates: presence is
+        agreed), "sync" (a synchronisation after local steps: which parameters moved is agreed) or
+        "local" (nothing: no collective at all)."""
+        return "agree"
+
+    def _moved_since_sync(self, p):
+        return False
 
     # ---- What the ranks agree on before a step ----
     def _agree(self):
-        """Per group, which parameters have a gradient on some rank; whether any rank's gradients
-        overflowed under a GradScaler; and a check that the ranks' groups, parameter shapes, dtypes,
-        settings and schedule counters match (as DistributedLion checks its layout), so that ranks that
-        differ get an error naming the difference instead of compressed steps paired wrongly. One uint8
-        MAX allreduce: a byte per parameter, the overflow, then an 8-byte digest d and 255 − d, whose
-        maxima sum to 255 everywhere only when every rank has the same d."""
-        local = [[p.grad is not None for p in g["params"]] for g in self.param_groups]
-        overflowed = _grad_scaler.overflowed(self)
+        """Per group, (present, synced) for _step_group, and whether the step is skipped for an overflow
+        under a GradScaler; on every step that communicates, a check that the ranks' groups, parameter
+        shapes, dtypes, settings and schedule counters match (as DistributedLion checks its layout), so
+        that ranks that differ get an error naming the difference instead of compressed steps paired
+        wrongly (ranks with different numbers of parameters send allreduces of different sizes: pride's
+        own check of the call then raises, naming both sizes). One uint8 MAX allreduce: a byte per parameter of each group that communicates, the
+        overflow, then an 8-byte digest d and 255 − d, whose maxima sum to 255 everywhere only when
+        every rank has the same d. A step on which every group is local sends nothing: a rank whose
+        gradients overflowed takes it without gradients (its schedules must stay the other ranks')."""
         _, world = self._world()
-        if world == 1:
-            return local, overflowed
-        digest = hashlib.blake2b(repr(self._settings()).encode(), digest_size=8).digest()
-        flags = [int(here) for group in local for here in group] + [int(overflowed)]
-        agreed = torch.tensor(flags + list(digest) + [255 - b for b in digest], dtype=torch.uint8)
+        kinds = [self._next_step(g) for g in self.param_groups]
+        local = [[p.grad is not None for p in g["params"]] for g in self.param_groups]
+        # What each group's flags say: presence, or presence or movement since the last synchronisation.
+        flags = [here if kind != "sync" else [h or self._moved_since_sync(p) for h, p in zip(here, g["params"])]
+                 for g, here, kind in zip(self.param_groups, local, kinds)]
+        overflowed = _grad_scaler.overflowed(self)
+        if world == 1 or all(kind == "local" for kind in kinds):
+            if overflowed and world > 1:
+                local = [[False] * len(here) for here in local]
+            return [(here, None if kind != "sync" else mine) for here, mine, kind in zip(local, flags, kinds)], \
+                world == 1 and overflowed
+        sent = [int(f) for group, kind in zip(flags, kinds) if kind != "local" for f in group] + [int(overflowed)]
+        digest = self._settings_digest()
+        agreed = torch.tensor(sent + list(digest) + [255 - b for b in digest], dtype=torch.uint8)
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
-        n = len(flags)
+        n = len(sent)
         if not bool(((agreed[n:n + 8].int() + agreed[n + 8:].int()) == 255).all()):
             self._raise_settings_mismatch()
         agreed = agreed[:n].tolist()
-        out, start = [], 0
-        for group in local:
-            out.append([bool(x) for x in agreed[start:start + len(group)]])
-            start += len(group)
-        return out, bool(agreed[-1])
+        plans, start = [], 0
+        for here, kind in zip(local, kinds):
+            if kind == "local":
+                plans.append((here, None))
+                continue
+            theirs = [bool(x) for x in agreed[start:start + len(here)]]
+            start += len(here)
+            # A synchronisation's local step stays local (this rank's gradients); the set it synchronises
+            # is everyone's.
+            plans.append((theirs, None) if kind == "agree" else (here, theirs))
+        return plans, bool(agreed[-1])
 
-    def _settings(self):
+    def _settings_digest(self):
+        """8 bytes of _settings(). The parameters' part is kept while the parameters are the same tensors
+        of the same shapes and dtypes (its repr and hash cost 0.7 ms for 200 parameters); the groups'
+        settings and counters, a few numbers that change every step, are hashed each time."""
+        key = tuple((id(p), p.shape, p.dtype) for g in self.param_groups for p in g["params"])
+        kept = self.__dict__.get("_parameters_digested")
+        if kept is None or kept[0] != key:
+            parameters = [entry for entry in self._settings() if entry[1].startswith("parameter ")]
+            kept = (key, hashlib.blake2b(repr(parameters).encode(), digest_size=8).digest())
+            self.__dict__["_parameters_digested"] = kept
+        groups = [entry for entry in self._settings(parameters=False)]
+        return hashlib.blake2b(kept[1] + repr(groups).encode(), digest_size=8).digest()
+
+    def _settings(self, parameters=True):
         """What every rank must have the same of: each group's settings and counters, and its parameters'
         shapes and dtypes, as (group, what, value) entries."""
         out = []
@@ -164,7 +216,7 @@ class CompressedAdamBase(torch.optim.Optimizer):
             for key in sorted(k for k in g if k in self.defaults and k != "params"):
                 value = g[key]
                 out.append((i, key, value.tolist() if torch.is_tensor(value) else value))
-            for j, p in enumerate(g["params"]):
+            for j, p in enumerate(g["params"] if parameters else ()):
                 out.append((i, f"parameter {j}", (tuple(p.shape), str(p.dtype).replace("torch.", ""))))
         return out
 

@@ -25,7 +25,9 @@ class OneBitAdam(CompressedAdamBase):
 
     A parameter without a gradient on every rank takes no step (torch's AdamW); one without a gradient
     on some ranks counts as zeros there. The ranks agree on which, and check that their groups and
-    settings match, through one small allreduce per step (pride/optim/_onebit.py).
+    settings match, through one small allreduce per step (pride/optim/_onebit.py). With
+    ``bias_correction=True`` the correction counts the group's steps, not each parameter's as torch's
+    AdamW does, so a parameter that comes back after missing steps differs from AdamW there.
 
     The optimizer does its own communication: give it each rank's local gradients (under DDP,
     ``opt.attach(ddp_model)`` registers pride.ddp_hooks.local_gradients_hook). The error-feedback state
@@ -50,7 +52,7 @@ class OneBitAdam(CompressedAdamBase):
         g = self.param_groups[group_index]
         return g["step"] + 1 > g["freeze_step"]
 
-    def _step_group(self, g, present):
+    def _step_group(self, g, present, synced):
         t = g["step"] + 1
         beta1, beta2 = g["betas"]
         moments = [self._moments(p) for p in g["params"]]

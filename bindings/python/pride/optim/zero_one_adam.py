@@ -32,11 +32,17 @@ class ZeroOneAdam(CompressedAdamBase):
     Elements whose variance is exactly 0 take no compressed step (``mask_zero_variance``, as in
     OneBitAdam).
 
-    A parameter without a gradient on every rank takes no step (torch's AdamW); one without a gradient
-    on some ranks counts as zeros there. In the local phase a parameter that moved since the last
-    synchronisation synchronises whether or not it has a gradient at that step; one that did not has
-    nothing to send and stays where it is. The ranks agree on presence, and check that their groups and
-    settings match, through one small allreduce per step (pride/optim/_onebit.py).
+    Missing gradients: in phase A a parameter without a gradient on every rank takes no step (torch's
+    AdamW), and one without a gradient on some ranks counts as zeros there; the ranks agree on which
+    through a small allreduce that each communicating step makes anyway (pride/optim/_onebit.py, which
+    also checks that the ranks' settings match). In phase B a local step is this rank's own and sends
+    nothing: a parameter without a gradient here takes no local step here. At a synchronisation the
+    ranks agree, in the same small allreduce, on the parameters that moved on any rank since the last
+    one: those synchronise, with or without a gradient now; the others have nothing to send and stay
+    where they are. A parameter that moved in only some of an interval's steps has its synchronised
+    momentum (the accumulated step over the interval's summed learning rate) scaled down accordingly.
+    With ``bias_correction=True`` the correction counts the group's steps, not each parameter's as
+    torch's AdamW does, so a parameter that comes back after missing steps differs from AdamW there.
 
     The optimizer does its own communication (``attach(ddp_model)`` under DDP). Its error-feedback
     state, accumulators and schedules are in ``state_dict()``; save each rank's own to resume exactly.
@@ -78,13 +84,26 @@ class ZeroOneAdam(CompressedAdamBase):
         return st["momentum_accumulator"], st["sync_anchor"]
 
     def _moved_since_sync(self, p):
-        """Whether p took a local step since the last synchronisation (then it must synchronise, with or
-        without a gradient now). A state saved before this flag existed says nothing: True, as then."""
-        return self.state[p].get("moved_since_sync", True)
+        """Whether p took a local step on this rank since the last synchronisation (then it must
+        synchronise, with or without a gradient now). A state without the flag (saved before it existed)
+        says so where p has an accumulator, as the code of then synchronised every parameter."""
+        st = self.state[p]
+        return st.get("moved_since_sync", "momentum_accumulator" in st)
 
-    def _step_group(self, g, present):
+    def _create_state(self, g):
+        super()._create_state(g)
+        if "momentum_accumulator" not in self.state[g["params"][0]]:
+            for p in g["params"]:
+                self._accumulator(p)  # zeros and p until the variance freezes, when both are set again
+
+    def _next_step(self, g):
+        if not g["frozen"]:
+            return "agree"
+        return "sync" if (g["step"] + 1) % g["local_step_interval"] == 0 else "local"
+
+    def _step_group(self, g, present, synced):
         if g["frozen"]:
-            self._local_step(g, present)
+            self._local_step(g, present, synced)
         else:
             self._variance_phase_step(g, present)
 
@@ -125,14 +144,13 @@ class ZeroOneAdam(CompressedAdamBase):
                 anchor.copy_(p)
                 self.state[p]["moved_since_sync"] = False
 
-    def _local_step(self, g, present):
+    def _local_step(self, g, present, synced):
+        """present: the parameters with a gradient on this rank (a local step is this rank's own);
+        synced, at a synchronisation: every parameter that moved since the last one on some rank, with or
+        without a gradient now (its accumulated steps must reach the other ranks); one that moved nowhere
+        has nothing to send and stays where it is."""
         t = g["step"] + 1
         g["lrs"] += g["lr"]
-        sync = t % g["local_step_interval"] == 0
-        # Who synchronises: every parameter that moved since the last synchronisation, present now or
-        # not (its accumulated steps must reach the other ranks); one that did not has nothing to send
-        # and takes no step. Agreed, since presence is.
-        synced = [here or self._moved_since_sync(p) for p, here in zip(g["params"], present)] if sync else None
         if not self._fused_local_step(g, t, present, synced):
             self._torch_local_step(g, t, present, synced)
         for p, here in zip(g["params"], present):
@@ -141,7 +159,7 @@ class ZeroOneAdam(CompressedAdamBase):
         for p, done in zip(g["params"], synced or ()):
             if done:
                 self.state[p]["moved_since_sync"] = False
-        if sync:
+        if synced is not None:
             g["lrs"] = 0.0
         g["local_step_counter"] += 1
         if g["local_step_counter"] == g["local_step_scaler"]:
