@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 import distributed_harness as harness
+from test_onebit import _reference_round  # the float64 oracle of the compressed allreduce
 
 # DDP settings whose buckets change after DDP's first iteration (second under static_graph):
 # - bucket_cap_mb: one bucket of everything at first, then two buckets of several parameters;
@@ -60,24 +61,6 @@ def _assert_replicas_equal(params):
     assert all(torch.equal(everyone[0], f) for f in everyone), "replicas differ"
 
 
-def _reference_round(xs, worker_errors, server_errors, owned):
-    """DeepSpeed's compressed_allreduce in float64 for all ranks at once: returns the result and the
-    new errors. xs/worker_errors: one array per rank; owned[j] = (begin, size) of rank j's chunk."""
-    n = len(xs)
-    ys = [x.astype(np.float64) + e for x, e in zip(xs, worker_errors)]
-    scales = [np.sqrt(np.sum(y * y) / y.size) for y in ys]
-    signs = [np.where(y >= 0, 1.0, -1.0) for y in ys]
-    new_worker = [y - s * sg for y, s, sg in zip(ys, scales, signs)]
-    result = np.empty(xs[0].size)
-    new_server = []
-    for j, (begin, size) in enumerate(owned):
-        part = slice(begin, begin + size)
-        z = sum(s * sg[part] for s, sg in zip(scales, signs)) / n + server_errors[j]
-        scale = np.sqrt(np.sum(z * z) / size) if size else 0.0
-        sg = np.where(z >= 0, 1.0, -1.0)
-        result[part] = scale * sg
-        new_server.append(z - scale * sg)
-    return result, new_worker, new_server
 
 
 # ---- 1. Resume: a fresh DDP model, optimizer and hook state loaded from a checkpoint continue exactly --
