@@ -11,7 +11,8 @@ Missing gradients, as torch's AdamW treats them: a parameter without a gradient 
 or a branch no rank's batch reached) takes no step at all, not even weight decay, and its moments stay
 as they are. One without a gradient on some ranks only counts as zeros there (DDP's
 find_unused_parameters does the same). The ranks agree on which is which, and check that their groups
-and settings match, through one allreduce of a byte per parameter (plus 16) at the start of each step.
+and settings match, through one allreduce of a byte per parameter (plus 17) at the start of each step
+that communicates (0/1 Adam's local steps send nothing: there each rank steps what it has gradients for).
 An absent parameter keeps its place in the group's flat vector, so the error state keeps its layout:
 its part carries what it would send with nothing new (its momentum, or zeros), and the result there is
 not applied.
@@ -156,9 +157,9 @@ class CompressedAdamBase(torch.optim.Optimizer):
         shapes, dtypes, settings and schedule counters match (as DistributedLion checks its layout), so
         that ranks that differ get an error naming the difference instead of compressed steps paired
         wrongly (ranks with different numbers of parameters send allreduces of different sizes: pride's
-        own check of the call then raises, naming both sizes). One uint8 MAX allreduce: a byte per parameter of each group that communicates, the
-        overflow, then an 8-byte digest d and 255 − d, whose maxima sum to 255 everywhere only when
-        every rank has the same d. A step on which every group is local sends nothing: a rank whose
+        own check of the call then raises, naming both sizes). One uint8 MAX allreduce: a byte per
+        parameter of each group that communicates, the overflow, then an 8-byte digest d and 255 − d,
+        whose maxima sum to 255 everywhere only when every rank has the same d. A step on which every group is local sends nothing: a rank whose
         gradients overflowed takes it without gradients (its schedules must stay the other ranks')."""
         _, world = self._world()
         kinds = [self._next_step(g) for g in self.param_groups]
