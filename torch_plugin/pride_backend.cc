@@ -228,7 +228,9 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const ch
   // refuse it here, before anything is sent, as Gloo refuses every non-contiguous tensor.
   const char* collective = std::strncmp(name, "pride:", 6) == 0 ? name + 6 : name;  // the profiler's title
   for (size_t i = 0; i < outputs.size(); ++i) {
-    TORCH_CHECK_VALUE(!outputs[i].defined() || at::has_internal_overlap(outputs[i]) != at::MemOverlap::Yes,
+    // Sparse outputs are replaced whole (their layout has no strides to overlap).
+    const bool strided = outputs[i].defined() && outputs[i].layout() == at::kStrided;
+    TORCH_CHECK_VALUE(!strided || at::has_internal_overlap(outputs[i]) != at::MemOverlap::Yes,
                       "pride ", collective, " (rank ", getRank(), "): output tensor ", i,
                       " of shape ", outputs[i].sizes(), " and strides ", outputs[i].strides(),
                       " has elements that share memory (an expand()ed view), so the result cannot be written "

@@ -331,6 +331,9 @@ def _self_overlapping_outputs(rank, world, store_path):
     t = torch.full((3,), float(rank + 1))
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((3,), float(sum(range(1, world + 1)))))
+    sparse = torch.sparse_coo_tensor([[rank]], [1.0], (4,))  # no strides at all: not refused
+    dist.all_reduce(sparse)
+    assert torch.equal(sparse.to_dense(), torch.tensor([1.0] * world + [0.0] * (4 - world)))
     dist.destroy_process_group()
 
 
