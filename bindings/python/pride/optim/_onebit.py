@@ -195,7 +195,7 @@ class CompressedAdamBase(torch.optim.Optimizer):
 
     def _settings_digest(self):
         """8 bytes of _settings(). The parameters' part is kept while the parameters are the same tensors
-        of the same shapes and dtypes (its repr and hash cost 0.7 ms for 200 parameters); the groups'
+        of the same shapes and dtypes (its repr and hash are the costly part); the groups'
         settings and counters, a few numbers that change every step, are hashed each time."""
         key = tuple((id(p), p.shape, p.dtype) for g in self.param_groups for p in g["params"])
         kept = self.__dict__.get("_parameters_digested")
