@@ -7,19 +7,27 @@
 # (tests/plugin/test_backend_threads.cc; build/tsan; UCX and torch are not instrumented, see
 # tests/sanitizers/tsan.supp). --ci: the reduced ASan + UBSan set that scripts/test.sh (and so CI)
 # runs: test_communicator and the killed-rank, giving-up and disagreeing-ranks scenarios over both
-# transports. Needs the venv of scripts/setup.sh (torch's c10d store).
+# transports. --build-only: configure and build the ASan set's targets and stop (scripts/test.sh
+# builds them at low priority while the other tests run). Needs the venv of scripts/setup.sh (torch's
+# c10d store).
 #
-#   bash scripts/sanitize.sh [--thread | --ci]
+#   bash scripts/sanitize.sh [--thread | --ci] [--build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=address
-case "${1:-}" in
-  -h|--help) sed -n 2,11p "$0"; exit 0 ;;
-  --thread) MODE=thread ;;
-  --ci) MODE=ci ;;
-  "") ;;
-  *) echo "sanitize: unknown option $1 (see --help)"; exit 2 ;;
-esac
+BUILD_ONLY=0
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    --thread) MODE=thread ;;
+    --ci) MODE=ci ;;
+    --build-only) BUILD_ONLY=1 ;;
+    *) echo "sanitize: unknown option $arg (see --help)"; exit 2 ;;
+  esac
+done
+if [ "$MODE" = thread ] && [ $BUILD_ONLY = 1 ]; then
+  echo "sanitize: --build-only builds the AddressSanitizer set, not --thread's"; exit 2
+fi
 bash scripts/setup.sh
 PY="$PWD/.venv/bin/python"
 mkdir -p build
@@ -57,6 +65,7 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIDE_SANI
   -DPython3_EXECUTABLE="$PY" -DPRIDE_BUILD_PERF=OFF > build/asan.configure.log
 cmake --build build/asan -j2 --target $TARGETS fault_probe > build/asan.build.log || {
   tail -30 build/asan.build.log; echo "sanitize: the AddressSanitizer build failed"; exit 1; }
+[ $BUILD_ONLY = 1 ] && { echo "sanitize: built $TARGETS fault_probe in build/asan"; exit 0; }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 for t in $TESTS; do
