@@ -6,22 +6,17 @@
 #            (tests/kernels/standalone; build/aarch64), run under qemu-aarch64-static. The portable
 #            kernels are what ARM hosts run; the AVX2 tests skip there.
 # Installs the Debian packages it needs when they are missing (root). Exit status: the tests', or 77
-# (skipped) where a package cannot be installed. --build-only: install, configure and build, run no test
-# (scripts/test.sh builds at low priority while the other tests run).
+# (skipped) where a package cannot be installed.
 #
-#   bash scripts/check_kernels_elsewhere.sh [clang | aarch64 | all] [--build-only]   (default all)
+#   bash scripts/check_kernels_elsewhere.sh [clang | aarch64 | all]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=all
-build_only=0
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
-    clang|aarch64|all) what="$arg" ;;
-    --build-only) build_only=1 ;;
-    *) echo "check_kernels_elsewhere: unknown argument '$arg' (clang, aarch64, all or --build-only; see --help)"; exit 2 ;;
-  esac
-done
+what="${1:-all}"
+case "$what" in
+  -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+  clang|aarch64|all) ;;
+  *) echo "check_kernels_elsewhere: unknown target '$what' (clang, aarch64 or all; see --help)"; exit 2 ;;
+esac
 need() {  # need <command> <debian package>...
   local cmd="$1"; shift
   command -v "$cmd" >/dev/null && return 0
@@ -41,7 +36,7 @@ if [ "$what" = clang ] || [ "$what" = all ]; then
   cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 \
     -DPRIDE_WITH_TORCH=OFF -DPRIDE_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build/clang -j "$jobs"
-  [ $build_only = 1 ] || ctest --test-dir build/clang -j "$jobs" --output-on-failure | tail -n 3 || status=1
+  ctest --test-dir build/clang -j "$jobs" --output-on-failure | tail -n 3 || status=1
 fi
 if [ "$what" = aarch64 ] || [ "$what" = all ]; then
   need aarch64-linux-gnu-g++ g++-aarch64-linux-gnu
@@ -51,7 +46,6 @@ if [ "$what" = aarch64 ] || [ "$what" = all ]; then
   cmake -S tests/kernels/standalone -B build/aarch64 -G Ninja -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
     -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build/aarch64 -j "$jobs"
-  [ $build_only = 1 ] && exit $status
   echo "check_kernels_elsewhere: running test_kernels under qemu-aarch64-static"
   qemu-aarch64-static build/aarch64/test_kernels --gtest_brief=1 | grep -v "avx2 not supported\|oracle.cc.*Skipped" | tail -n 5 ||
     status=1
