@@ -9,6 +9,7 @@
 // watches them to the end (peers, abort notices, the deadline). pride.stats() counts these calls under
 // "nccl"; the bytes of NCCL's own algorithms are NCCL's and are not counted.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
@@ -216,11 +217,9 @@ intrusive_ptr<Work> PrideBackend::nccl_allgather(std::vector<at::Tensor>& output
       total += bytes_of(o);
     }
     const uint64_t digest = sizes_digest(sizes);
-    const at::Tensor mine_in = input, mine_out = outputs[size_t(me)];
     return nccl_exchange(c10d::OpType::ALLGATHER, "pride:allgather", "allgatherv",
                          fingerprint(OpId::kAllgatherv, input, total, digest), outputs, {input},
-                         std::vector<at::Tensor>(size_t(n), input), outputs,
-                         [mine_in, mine_out] { const_cast<at::Tensor&>(mine_out).copy_(mine_in.view(mine_out.sizes())); });
+                         std::vector<at::Tensor>(size_t(n), input), outputs, input, outputs[size_t(me)]);
   }
   at::Tensor in = input;
   std::vector<at::Tensor> outs = outputs;
@@ -320,20 +319,66 @@ intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor& output, std::v
                       });
 }
 
+namespace {
+
+// Whether the exchange writes memory that it also reads (torch's all_to_all_single(t, t), or list
+// arguments that share tensors): then NCCL could receive a piece into memory before the send of that
+// memory has read it, or the local copy could overwrite a piece not yet sent. Pieces of this rank's own
+// index are skipped, as the exchange skips them; a local copy onto exactly its own source writes
+// nothing new.
+bool writes_what_it_reads(const std::vector<at::Tensor>& sends, const std::vector<at::Tensor>& recvs,
+                          const at::Tensor& local_in, const at::Tensor& local_out, int me) {
+  const auto used = [](const at::Tensor& t) { return t.defined() && t.numel() > 0; };
+  std::vector<at::Tensor> reads, writes;
+  for (size_t p = 0; p < sends.size(); ++p) {
+    if (int(p) != me && used(sends[p])) reads.push_back(sends[p]);
+  }
+  for (size_t p = 0; p < recvs.size(); ++p) {
+    if (int(p) != me && used(recvs[p])) writes.push_back(recvs[p]);
+  }
+  if (used(local_in) && used(local_out)) {
+    reads.push_back(local_in);
+    if (at::get_overlap_status(local_out, local_in) != at::MemOverlapStatus::Full) writes.push_back(local_out);
+  }
+  for (const auto& w : writes) {
+    for (const auto& r : reads) {
+      if (at::get_overlap_status(w, r) != at::MemOverlapStatus::No) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 // Point-to-point pieces as one NCCL group: sends[p] goes to rank p, recvs[p] comes from it (empty
-// tensors skip). All-to-all, gather and scatter are this: NCCL has no call for them.
+// tensors skip), and local_in is copied into local_out (this rank's own piece; undefined for none).
+// All-to-all, gather, scatter and all_gather_v are this: NCCL has no call for them.
 intrusive_ptr<Work> PrideBackend::nccl_exchange(c10d::OpType type, const char* name, const char* collective,
                                                 Fingerprint fp, std::vector<at::Tensor> outputs,
                                                 std::vector<at::Tensor> inputs, std::vector<at::Tensor> sends,
-                                                std::vector<at::Tensor> recvs, std::function<void()> local_copy) {
+                                                std::vector<at::Tensor> recvs, at::Tensor local_in,
+                                                at::Tensor local_out) {
+  const bool snapshot = writes_what_it_reads(sends, recvs, local_in, local_out, getRank());
   return enqueue_nccl(type, name, collective, fp, std::move(outputs), inputs,
-                      [sends, recvs, local_copy](NcclCall& call) {
+                      [sends, recvs, local_in, local_out, snapshot](NcclCall& call) {
                         const int n = call.collective().size(), me = call.collective().rank();
-                        if (local_copy) local_copy();  // this rank's own piece, on pride's stream
+                        // In place: what is read is first copied, on pride's stream (its memory returns
+                        // to that stream's pool, behind the NCCL calls that read it).
+                        std::vector<at::Tensor> from = sends;
+                        at::Tensor mine = local_in;
+                        if (snapshot) {
+                          for (auto& t : from) {
+                            if (t.defined() && t.numel() > 0) t = t.clone();
+                          }
+                          if (mine.defined()) mine = mine.clone();
+                        }
+                        if (mine.defined() && local_out.defined()) {
+                          const_cast<at::Tensor&>(local_out).copy_(mine.view(local_out.sizes()));
+                        }
                         call.run("grouped ncclSend/ncclRecv", [&](NcclComm& nccl, cudaStream_t stream) {
                           for (int peer = 0; peer < n; ++peer) {
                             if (peer == me) continue;
-                            const at::Tensor& out = sends[size_t(peer)];
+                            const at::Tensor& out = from[size_t(peer)];
                             const at::Tensor& in = recvs[size_t(peer)];
                             if (out.defined() && out.numel() > 0) {
                               nccl.check(ncclSend(out.data_ptr(), bytes_of(out), ncclUint8, peer, nccl.get(), stream),
@@ -392,8 +437,8 @@ intrusive_ptr<Work> PrideBackend::nccl_alltoall_base(at::Tensor& output, at::Ten
   const at::Tensor mine_in = sends[size_t(getRank())], mine_out = recvs[size_t(getRank())];
   if (mine_in.numel() != mine_out.numel()) return {};
   return nccl_exchange(c10d::OpType::ALLTOALL_BASE, "pride:all_to_all_single", "alltoallv",
-                       fingerprint(OpId::kAlltoallv, input, 0, 0), {output}, {input}, sends, recvs,
-                       [mine_in, mine_out] { const_cast<at::Tensor&>(mine_out).copy_(mine_in); });
+                       fingerprint(OpId::kAlltoallv, input, 0, 0), {output}, {input}, sends, recvs, mine_in,
+                       mine_out);
 }
 
 intrusive_ptr<Work> PrideBackend::nccl_alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs) {
@@ -402,10 +447,9 @@ intrusive_ptr<Work> PrideBackend::nccl_alltoall(std::vector<at::Tensor>& outputs
   const int n = getSize(), me = getRank();
   if (!nccl_takes(all) || int(outputs.size()) != n || int(inputs.size()) != n) return {};
   if (inputs[size_t(me)].numel() != outputs[size_t(me)].numel()) return {};
-  const at::Tensor mine_in = inputs[size_t(me)], mine_out = outputs[size_t(me)];
   return nccl_exchange(c10d::OpType::ALLTOALL, "pride:all_to_all", "alltoallv",
                        fingerprint(OpId::kAlltoallv, inputs[0], 0, 0), outputs, inputs, inputs, outputs,
-                       [mine_in, mine_out] { const_cast<at::Tensor&>(mine_out).copy_(mine_in.view(mine_out.sizes())); });
+                       inputs[size_t(me)], outputs[size_t(me)]);
 }
 
 intrusive_ptr<Work> PrideBackend::nccl_gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -426,17 +470,17 @@ intrusive_ptr<Work> PrideBackend::nccl_gather(std::vector<std::vector<at::Tensor
   if (!nccl_takes(all)) return {};
   const at::Tensor in = inputs[0];
   std::vector<at::Tensor> sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n));
-  std::function<void()> local;
+  at::Tensor local_in, local_out;
   if (me == root) {
     recvs = outs;
-    const at::Tensor mine = outs[size_t(me)];
-    local = [in, mine] { const_cast<at::Tensor&>(mine).copy_(in.view(mine.sizes())); };
+    local_in = in;
+    local_out = outs[size_t(me)];
   } else {
     sends[size_t(root)] = in;
   }
   return nccl_exchange(c10d::OpType::GATHER, "pride:gather", "gather",
                        fingerprint(OpId::kGather, in, bytes_of(in), uint64_t(root)), outs, {in}, sends, recvs,
-                       local);
+                       local_in, local_out);
 }
 
 intrusive_ptr<Work> PrideBackend::nccl_scatter(std::vector<at::Tensor>& outputs,
@@ -457,17 +501,17 @@ intrusive_ptr<Work> PrideBackend::nccl_scatter(std::vector<at::Tensor>& outputs,
   if (!nccl_takes(all)) return {};
   const at::Tensor out = outputs[0];
   std::vector<at::Tensor> sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n));
-  std::function<void()> local;
+  at::Tensor local_in, local_out;
   if (me == root) {
     sends = ins;
-    const at::Tensor mine = ins[size_t(me)];
-    local = [out, mine] { const_cast<at::Tensor&>(out).copy_(mine.view(out.sizes())); };
+    local_in = ins[size_t(me)];
+    local_out = out;
   } else {
     recvs[size_t(root)] = out;
   }
   return nccl_exchange(c10d::OpType::SCATTER, "pride:scatter", "scatter",
                        fingerprint(OpId::kScatter, out, bytes_of(out), uint64_t(root)), {out}, ins, sends,
-                       recvs, local);
+                       recvs, local_in, local_out);
 }
 
 }  // namespace pride::torch_plugin

@@ -179,7 +179,8 @@ class PrideBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> nccl_exchange(c10d::OpType type, const char* name, const char* collective,
                                                Fingerprint fp, std::vector<at::Tensor> outputs,
                                                std::vector<at::Tensor> inputs, std::vector<at::Tensor> sends,
-                                               std::vector<at::Tensor> recvs, std::function<void()> local_copy);
+                                               std::vector<at::Tensor> recvs, at::Tensor local_in,
+                                               at::Tensor local_out);
 #endif
 
   std::unique_ptr<Communicator> comm_;
