@@ -26,10 +26,12 @@ import distributed_harness as harness
 # it. Without a leak the two ranks grew by 0.06-0.10 MiB over 300 such rounds here (2026-11-27).
 WARMUP_ROUNDS = 100
 ROUNDS = 600
-# The rounds after warm-up are read in windows: a leak grows in every window, a one-off step (a pool
-# that takes one more chunk and keeps it: UCX's, glibc's, the CUDA driver's) in one. The median
-# window is judged; every reading is in the message. (On an H100 on 2026-11-27 the CUDA case grew by
-# 1.06 MiB between two readings 600 rounds apart, which cannot tell the two apart.)
+# The rounds after warm-up are read in windows: a leak grows in every window, a pool that takes more
+# chunks and keeps them (UCX's, glibc's, the CUDA driver's) in some, less and less. The smallest window
+# is judged; every reading is in the message. (On an H100 on 2026-11-27 the CUDA case grew by 1.06 MiB
+# between two readings 600 rounds apart, which cannot tell the two apart. In CI on 2026-11-28, with a
+# build running beside the tests, the CPU case grew by 352, 240 and 16 KiB, and failed when the median
+# was judged; unloaded here: 332, -8, 4 and 72, -8, 28, the control 596-740 in every window.)
 WINDOWS = 3
 WINDOW_LIMIT_BYTES = ROUNDS // WINDOWS * 1024
 # The control: one rank keeps this much more a round, which the limit must catch (so the measurement
@@ -233,14 +235,14 @@ def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path, devi
         assert row["collectives"] > 8 * ROUNDS, (r, row)  # the calls happened (pride counts them)
     for where in ["host"] + (["device"] if device == "cuda" else []):
         windows = _windows(judged[where])
-        assert sorted(windows)[WINDOWS // 2] < WINDOW_LIMIT_BYTES, (
+        assert min(windows) < WINDOW_LIMIT_BYTES, (
             f"rank 0: {where} memory grew by {[round(w / 1024) for w in windows]} KiB in windows of "
             f"{ROUNDS // WINDOWS} rounds (from {judged[where][0] / 2**20:.1f} MiB); the limit is "
             f"{WINDOW_LIMIT_BYTES >> 10} KiB a window")
     # The control rank made the same calls and kept CONTROL_LEAK_BYTES a round where its tensors live:
     # the limit sees that.
     windows = _windows(control["device" if device == "cuda" else "host"])
-    assert sorted(windows)[WINDOWS // 2] >= WINDOW_LIMIT_BYTES, windows
+    assert min(windows) >= WINDOW_LIMIT_BYTES, windows
 
 
 def _threads_and_descriptors():
