@@ -11,6 +11,7 @@ import io
 import logging
 
 import numpy as np
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -41,16 +42,16 @@ def _batch(step, rank):
     return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
 
 
-def _loss(model, step, rank):
+def _loss(model, step, rank, device="cpu"):
     x, y = _batch(step, rank)
-    return torch.nn.functional.mse_loss(model(x), y)
+    return torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
 
 
-def _train(ddp, opt, steps):
+def _train(ddp, opt, steps, device="cpu"):
     rank = dist.get_rank()
     for step in steps:
         opt.zero_grad()
-        _loss(ddp, step, rank).backward()
+        _loss(ddp, step, rank, device).backward()
         opt.step()
 
 
@@ -65,26 +66,28 @@ def _assert_replicas_equal(params):
 
 # ---- 1. Resume: a fresh DDP model, optimizer and hook state loaded from a checkpoint continue exactly --
 
-def _resume_worker(rank, world_size, store_path):
+def _resume_worker(rank, world_size, store_path, device="cpu"):
     import pride
     from torch.nn.parallel import DistributedDataParallel
 
     harness.init_group(rank, world_size, store_path)
+    if device == "cuda":  # every rank on the one GPU; DDP's buckets and the hook's errors live there
+        torch.cuda.set_device(0)
     start_iter, saved_at, steps = 2, 5, 8
     for ddp_kwargs, pass_model in ((_CAP, False), (_PER_PARAMETER, True), ({**_CAP, "static_graph": True}, True)):
         def build(seed):
             torch.manual_seed(seed)
-            net = _Net()
+            net = _Net().to(device)
             ddp = DistributedDataParallel(net, **ddp_kwargs)
             state = pride.ddp_hooks.OneBitHookState(start_iter=start_iter, **({"model": ddp} if pass_model else {}))
             ddp.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
             return net, ddp, torch.optim.Adam(net.parameters(), lr=1e-2), state
 
         net, ddp, opt, state = build(0)
-        _train(ddp, opt, range(saved_at))
+        _train(ddp, opt, range(saved_at), device)
         checkpoint = io.BytesIO()
         torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "hook": state.state_dict()}, checkpoint)
-        _train(ddp, opt, range(saved_at, steps))
+        _train(ddp, opt, range(saved_at, steps), device)
         want = {n: p.detach().clone() for n, p in net.named_parameters()}
         assert state.iter == steps
 
@@ -93,7 +96,7 @@ def _resume_worker(rank, world_size, store_path):
         net.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         state.load_state_dict(saved["hook"])
-        _train(ddp, opt, range(saved_at, steps))
+        _train(ddp, opt, range(saved_at, steps), device)
         for name, p in net.named_parameters():
             assert torch.equal(p.detach(), want[name]), \
                 f"{ddp_kwargs}: {name} differs from the uninterrupted run by {(p.detach() - want[name]).abs().max()}"
@@ -103,6 +106,15 @@ def _resume_worker(rank, world_size, store_path):
 
 def test_resume_in_a_fresh_ddp_model_is_exact():
     harness.run(_resume_worker, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_resume_in_a_fresh_ddp_model_is_exact_on_cuda():
+    """The same on CUDA buckets (2 ranks on the one GPU). With bucket_cap_mb the fresh model's first
+    buckets are unions of saved layouts: the hook compresses each layout on its own and copies the
+    results back in a callback, whose future must order DDP's stream after those copies."""
+    harness.run(_resume_worker, 2, "cuda", deadline_s=300)
 
 
 # ---- 2. start_iter 0 and 1: compressing DDP's buckets before its rebuild ------------------------------

@@ -334,16 +334,26 @@ def onebit_hook(state: OneBitHookState, bucket: dist.GradBucket) -> torch.future
         state._end_iteration()
     futures = [compressed_allreduce(flat, worker, server, group=group, async_op=True).get_future()
                for _, flat, worker, server in flats]
+    # collect_all's future knows no devices: neither it nor a then() on it orders CUDA streams. The
+    # future DDP gets is made for the bucket's device, and the callback wait()s on each source, which
+    # makes the current stream wait for pride's work on it (and records its tensors there); set_result
+    # then records the copies below for DDP's wait().
+    done = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
 
-    def scattered_back(fut):
-        for f in fut.value():
-            f.value()
-        for unit, flat, _, _ in flats:
-            offset = 0
-            for name in unit:
-                part = slices[name]
-                part.copy_(flat[offset:offset + part.numel()])
-                offset += part.numel()
-        return buffer
+    def scattered_back(all_done):
+        try:
+            for f in all_done.value():
+                f.wait()
+            for unit, flat, _, _ in flats:
+                offset = 0
+                for name in unit:
+                    part = slices[name]
+                    part.copy_(flat[offset:offset + part.numel()])
+                    offset += part.numel()
+        except Exception as e:  # noqa: BLE001 - DDP sees the collective's error on its future
+            done.set_exception(e)
+            return
+        done.set_result(buffer)
 
-    return torch.futures.collect_all(futures).then(scattered_back)
+    torch.futures.collect_all(futures).then(scattered_back)
+    return done
