@@ -186,6 +186,9 @@ class Communicator {
 
   // After a failure that may have left peers mid-collective, the communicator refuses further work.
   bool broken() const { return !broken_reason_.empty(); }
+  // How many collectives this rank has begun (begin() and begin_agreed() count them): a caller that
+  // sees it change across a failed task knows the peers were in that collective too.
+  uint64_t collectives_begun() const { return sequence_; }
 
   // For point-to-point requests that a caller watches itself (torch's send/recv, which the plugin's
   // worker polls between tasks) with the same failure handling as a collective's wait:

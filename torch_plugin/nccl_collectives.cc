@@ -367,10 +367,21 @@ intrusive_ptr<Work> PrideBackend::nccl_exchange(c10d::OpType type, const char* n
                         std::vector<at::Tensor> from = sends;
                         at::Tensor mine = local_in;
                         if (snapshot) {
-                          for (auto& t : from) {
-                            if (t.defined() && t.numel() > 0) t = t.clone();
+                          // One copy per distinct tensor (all_gather_v sends its one input to every peer);
+                          // this rank's own send piece is never sent.
+                          std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+                          const auto copy_of = [&copies](const at::Tensor& t) {
+                            for (const auto& [original, copy] : copies) {
+                              if (original.is_same(t)) return copy;
+                            }
+                            copies.emplace_back(t, t.clone());
+                            return copies.back().second;
+                          };
+                          for (int p = 0; p < n; ++p) {
+                            at::Tensor& t = from[size_t(p)];
+                            if (p != me && t.defined() && t.numel() > 0) t = copy_of(t);
                           }
-                          if (mine.defined()) mine = mine.clone();
+                          if (mine.defined()) mine = copy_of(mine);
                         }
                         if (mine.defined() && local_out.defined()) {
                           const_cast<at::Tensor&>(local_out).copy_(mine.view(local_out.sizes()));

@@ -282,10 +282,13 @@ void PrideBackend::worker_loop() {
       idle_rounds = 0;
       std::exception_ptr error;
       bool done = true;
+      const uint64_t begun = comm_->collectives_begun();
       try {
         done = next.task(*comm_, *next.work);
       } catch (...) {
-        error = to_torch_error(std::current_exception());
+        const std::exception_ptr thrown = std::current_exception();
+        error = to_torch_error(thrown);
+        if (comm_->collectives_begun() != begun) tell_peers_of_local_failure(*next.work, thrown);
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -306,6 +309,30 @@ void PrideBackend::worker_loop() {
     }
     poll_in_flight();
   }
+}
+
+// A collective that failed on this rank after it had begun, for a reason of this rank's own (an
+// allocation on a full GPU, a failed kernel launch: torch's and CUDA's errors, not pride's): the peers,
+// already in the collective, would wait for this rank until their deadline. They are told now, and the
+// group is broken here as it is after a failed exchange. pride's own errors are left alone: those that
+// involve the peers (a dead or silent peer, a deadline, an abort notice) have told them already, and a
+// mismatch or a bad argument is found alike by every rank, which leaves the group usable.
+void PrideBackend::tell_peers_of_local_failure(PrideWork& work, std::exception_ptr error) {
+  if (comm_->broken()) return;
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error&) {
+    return;
+  } catch (const c10::Error& e) {
+    what = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  what = what.substr(0, what.find('\n'));  // the notice has room for a line, not a backtrace
+  comm_->abandon(fmt::format("pride rank {}/{}: {} #{} failed on this rank: {}", getRank(), getSize(),
+                             c10d::opTypeToString(work.retrieveOpType()), comm_->collectives_begun(), what));
 }
 
 // Every in-flight p2p fails with `reason` (an abort notice arrived: the group is broken).

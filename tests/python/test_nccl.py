@@ -239,6 +239,37 @@ def test_killed_rank_mid_collective_survivors_raise_naming_it_3ranks(tmp_path):
     assert outcome[0] is None and outcome[2] is None, outcome
 
 
+def _out_of_memory_mid_collective(rank, world_size, store_path):
+    init_group(rank, world_size, store_path, timeout_s=60)
+    torch.cuda.set_device(0)
+    x = torch.arange(3 << 24, dtype=torch.float32, device="cuda")  # 192 MiB
+    dist.all_reduce(x[:1024])  # everyone is up, the communicator exists
+    torch.cuda.synchronize()
+    if rank == 1:
+        # In-place all-to-all sends from a copy of x, made on pride's stream once the collective has begun
+        # (after the fingerprint check, so the peers are in it): leave this rank no room for that copy.
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + (32 << 20)) / total)
+    start = time.monotonic()
+    with pytest.raises(Exception) as err:
+        dist.all_to_all_single(x, x)
+        torch.cuda.synchronize()
+    took = time.monotonic() - start
+    message = str(err.value)
+    if rank == 1:
+        assert "out of memory" in message.lower(), message
+    else:  # told by rank 1, not timed out: it failed after the peers had posted their NCCL calls
+        assert "rank 1/3" in message and "failed on this rank" in message and "out of memory" in message.lower(), \
+            message
+        assert took < 20, f"raised after {took:.1f} s (timeout 60 s): {message}"
+
+
+def test_local_failure_mid_collective_is_told_to_the_peers_3ranks():
+    """A rank whose part of a collective fails for a reason of its own (no GPU memory for a copy) tells
+    the peers at once, instead of leaving them to wait for it until their deadline."""
+    run(_on_nccl, 3, _out_of_memory_mid_collective, deadline_s=200)
+
+
 def _mismatched(rank, world_size, store_path):
     import pride
 
