@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -25,7 +26,7 @@ namespace pride::torch_plugin {
 struct CudaLionWorkspace::Buffers {
   at::Tensor votes, planes;              // device, int64 words: every bucket's vote and result planes
   at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path
-  at::Tensor slices_host, slices;        // the slice tables (a world of one's: LocalSlice), pinned and on the device
+  at::Tensor slices_host, slices;        // the slice tables of a step with a group, pinned and on the device
   // Exact votes with a group: per bucket, whether some element must abstain, found on the device and
   // copied to the pinned twin in the caller's stream order, before the bucket's `packed` event.
   at::Tensor abstains, abstains_host;
@@ -39,10 +40,13 @@ struct CudaLionWorkspace::Buffers {
   std::vector<cudaEvent_t> voted;        // per bucket: its result planes are written (on vote_stream)
   c10::DeviceIndex device = -1;
 
-  // A world of one's slice table as last copied to `slices`: a step with the same one (the same tensors,
-  // the gradients at the same addresses, as the caching allocator gives them back step after step)
-  // launches on the device table as it stands, without copying it again or waiting for the last step.
+  // A world of one's slice table as last copied to `local_slices` (its own device buffer, made on
+  // `local_slices_stream`): a step with the same one (the same tensors, the gradients at the same
+  // addresses, as the caching allocator gives them back step after step) launches on the device table
+  // as it stands, without copying it again or waiting for the last step.
   std::vector<bits::cuda::LocalSlice> local_table;
+  at::Tensor local_slices;
+  cudaStream_t local_slices_stream = nullptr;
 
   ~Buffers() {
     if (device < 0) return;
@@ -64,7 +68,7 @@ CudaLionWorkspace::~CudaLionWorkspace() = default;
 
 int64_t CudaLionWorkspace::device_bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&buffers_->votes, &buffers_->planes, &buffers_->slices}) {
+  for (const at::Tensor* t : {&buffers_->votes, &buffers_->planes, &buffers_->slices, &buffers_->local_slices}) {
     if (t->defined()) bytes += t->numel() * t->element_size();
   }
   return bytes;
@@ -149,23 +153,30 @@ void local_step(CudaLionWorkspace::Buffers& ws, const std::vector<at::Tensor>& p
     // which the stream orders when the caller's stream is the last step's, and this wait when not.
     C10_CUDA_CHECK(cudaStreamWaitEvent(step.stream, ws.last_use, 0));
   } else {
-    // The last step is done with both tables (its copy read the pinned one, its kernel the device one)
-    // before either is replaced or rewritten.
-    if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
+    // Another table (the first step, another parameter group, gradients elsewhere): it goes to a new
+    // device buffer through a new pinned one, both from torch's caching allocators, so nothing waits on
+    // the host. Parameter groups (stepped one after the other, each with its own table) miss every
+    // time, and waiting here for the last group's kernel would keep the host from running ahead. The
+    // host allocator keeps the pinned block until the copy has read it; the old device table goes back
+    // to its stream's pool behind the kernels that read it (recordStream below, for other streams).
     ws.local_table.clear();  // until the copy below is queued: a failure leaves no table to trust
-    ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, word_options(at::kCPU, /*pinned=*/true));
-    ensure_words(ws.slices, round_up(table_bytes, 8) / 8, params[0].options().dtype(at::kLong));
-    std::copy(slices.begin(), slices.end(), reinterpret_cast<LocalSlice*>(ws.slices_host.data_ptr<int64_t>()));
-    C10_CUDA_CHECK(cudaMemcpyAsync(ws.slices.data_ptr(), ws.slices_host.data_ptr(), table_bytes,
-                                   cudaMemcpyHostToDevice, step.stream));
+    at::Tensor host = at::empty({int64_t(round_up(table_bytes, 8) / 8)}, word_options(at::kCPU, /*pinned=*/true));
+    std::copy(slices.begin(), slices.end(), reinterpret_cast<LocalSlice*>(host.data_ptr<int64_t>()));
+    c10::cuda::CUDAStreamGuard on_step(c10::cuda::getStreamFromExternal(step.stream, step.device.index()));
+    ws.local_slices = host.to(step.device, /*non_blocking=*/true);
+    ws.local_slices_stream = step.stream;
     ws.local_table = std::move(slices);
   }
+  if (step.stream != ws.local_slices_stream) {
+    c10::cuda::CUDACachingAllocator::recordStream(ws.local_slices.storage().data_ptr(),
+                                                  c10::cuda::getStreamFromExternal(step.stream, step.device.index()));
+  }
   const cudaError_t launched = bits::cuda::lion_local_slices(
-      reinterpret_cast<const LocalSlice*>(ws.slices.data_ptr<int64_t>()), nslices, step.dtype, step.hyper.beta1,
+      reinterpret_cast<const LocalSlice*>(ws.local_slices.data_ptr<int64_t>()), nslices, step.dtype, step.hyper.beta1,
       step.hyper.beta2, step.votes != LionVotes::kBinary, step.hyper.lr, step.hyper.weight_decay, step.stream);
-  // The copy above reads the pinned table and the kernel the device one: the next step waits for this
-  // before it rewrites either, from whatever stream it runs on. Recorded even if the launch failed,
-  // since the copy is queued either way.
+  // A step on another stream that finds this table waits for this (the copy is behind it) before its
+  // kernel reads the table; the workspace waits for it before it is freed. Recorded even if the launch
+  // failed, since the copy is queued either way.
   if (!ws.last_use) C10_CUDA_CHECK(cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming));
   C10_CUDA_CHECK(cudaEventRecord(ws.last_use, step.stream));
   check_launch(launched, step.site, "lion_local");
@@ -212,10 +223,8 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     return true;
   }
   // The last step is done with the pinned buffers (and its copies back to the GPU, which nothing else
-  // waits for): this must stay before ensure_words below, which may free and replace them. The slice
-  // tables are rewritten below, so a world of one's next step copies its own again.
+  // waits for): this must stay before ensure_words below, which may free and replace them.
   if (ws.last_use) C10_CUDA_CHECK(cudaEventSynchronize(ws.last_use));
-  ws.local_table.clear();
 
   // Layout: every tensor starts on a word of the flat index space; buckets are word-aligned ranges.
   std::vector<size_t> starts;

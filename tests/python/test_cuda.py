@@ -395,6 +395,66 @@ def test_lion_cub_l1_l0_on_cuda_follow_the_authors_formula_and_replicas_agree_3r
     run(_lion_cub_scaled_on_cuda, 3, kind, deadline_s=240)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_distributed_lion_cuda_two_param_groups_on_two_streams_one_process(dtype):
+    """A world of one keeps the slice table it last copied to the device; two parameter groups step one
+    after the other with a table each, so each step brings its own table (copied without the host
+    waiting for the other group's kernel). Every third step runs on a side stream, which must find the
+    table it reuses copied, and leave it in use for the stream that frees it."""
+    from pride.optim import DistributedLion
+
+    g = torch.Generator().manual_seed(8)
+    shapes = [(300, 7), (33,), (70_001,), (5,)]
+    p0 = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    pc = [torch.nn.Parameter(p.clone()) for p in p0]
+    pg = [torch.nn.Parameter(p.clone().cuda()) for p in p0]
+
+    def groups(ps):
+        return [{"params": ps[:2], "weight_decay": 0.1}, {"params": ps[2:], "weight_decay": 0.0}]
+
+    oc, og = DistributedLion(groups(pc), lr=1e-3), DistributedLion(groups(pg), lr=1e-3)
+    side = torch.cuda.Stream()
+    for step in range(9):
+        for a, b in zip(pc, pg):
+            grad = torch.randn(a.shape, generator=g).to(dtype)
+            a.grad, b.grad = grad, grad.cuda()
+        oc.step()
+        if step % 3 == 2:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                og.step()
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            og.step()
+        for i, (a, b) in enumerate(zip(pc, pg)):
+            assert _same_bits(a.detach(), b.detach().cpu()), f"step {step} tensor {i}: the CUDA step differs from the CPU's"
+
+
+@pytest.mark.parametrize("mode", ["vote", "global"])
+def test_a_non_contiguous_cuda_parameter_steps_like_the_cpu_one_one_process(mode):
+    """A transposed view registered as a parameter is stepped through a contiguous copy written back
+    (test_optim checks the CPU step against lion-pytorch): on CUDA the copies are on the caller's stream,
+    around the step's kernels, and the result is the CPU step's, bit for bit, in the parameter's memory."""
+    from pride.optim import DistributedLion
+
+    g = torch.Generator().manual_seed(5)
+    base, other = torch.randn(70, 90, generator=g), torch.randn(600, generator=g)
+    pc = [torch.nn.Parameter(base.clone().t()), torch.nn.Parameter(other.clone())]
+    pg = [torch.nn.Parameter(base.cuda().t()), torch.nn.Parameter(other.cuda())]
+    assert not pg[0].is_contiguous()
+    kw = dict(lr=0.01, betas=(0.9, 0.99), weight_decay=0.1, mode=mode)
+    oc, og = DistributedLion(pc, **kw), DistributedLion(pg, **kw)
+    for step in range(4):
+        grads = [torch.randn(90, 70, generator=g).t().contiguous().t(), torch.randn(600, generator=g)]
+        for a, b, grad in zip(pc, pg, grads):
+            a.grad, b.grad = grad.clone(), grad.cuda()
+        oc.step()
+        og.step()
+        for i, (a, b) in enumerate(zip(pc, pg)):
+            assert _same_bits(a.detach(), b.detach().cpu()), f"step {step} tensor {i}: differs from the CPU step"
+        assert pg[0].stride() == (1, 90), "the parameter must be stepped in place, not replaced"
+
+
 def _global_mode(rank, world_size, store_path, dtype, side_stream):
     from pride.optim import DistributedLion
 
