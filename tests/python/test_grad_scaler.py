@@ -27,7 +27,8 @@ def _loss(model, rank, step):
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(32, 8, generator=g)
     y = x @ torch.linspace(-1, 1, 8).unsqueeze(1)
-    return torch.nn.functional.mse_loss(model(x), y)
+    device = next(model.parameters()).device
+    return torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
 
 
 def _make(kind, params):
@@ -43,7 +44,7 @@ def _make(kind, params):
 
 
 def _bits(model):
-    return b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    return b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())
 
 
 def _overflow_step(kind):
@@ -52,12 +53,14 @@ def _overflow_step(kind):
     return OVERFLOW_STEP + 1 if kind == "zeroone-local" else OVERFLOW_STEP
 
 
-def _worker(rank, world_size, store_path, kind, unscale_first):
-    harness.init_group(rank, world_size, store_path, timeout_s=20)
-    scaled_model, plain_model = _model(), _model()
+def _worker(rank, world_size, store_path, kind, unscale_first, device="cpu"):
+    harness.init_group(rank, world_size, store_path, timeout_s=20 if device == "cpu" else 60)
+    if device == "cuda":  # both ranks on the one GPU: found_inf and the unscaling are on the device
+        torch.cuda.set_device(0)
+    scaled_model, plain_model = _model().to(device), _model().to(device)
     scaled_opt, plain_opt = _make(kind, scaled_model.parameters()), _make(kind, plain_model.parameters())
     # growth_interval 2: the scale moves up and back down during the run (powers of two, exact).
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
+    scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 10, growth_interval=2)
     overflowing = rank == 0
     overflow_step = _overflow_step(kind)
     kinds = []
@@ -105,6 +108,15 @@ def _worker(rank, world_size, store_path, kind, unscale_first):
 @pytest.mark.parametrize("kind", ["lion-vote", "lion-global", "onebit", "zeroone", "zeroone-local"])
 def test_an_overflow_on_one_rank_keeps_the_ranks_steps_paired(kind, unscale_first):
     harness.run(_worker, 2, kind, unscale_first)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["lion-vote", "onebit", "zeroone-local"])
+def test_an_overflow_on_one_rank_keeps_the_ranks_steps_paired_on_cuda(kind):
+    """The same on CUDA parameters under GradScaler("cuda"): found_inf is a CUDA tensor, the unscaling
+    runs GradScaler's CUDA kernel, and the fused CUDA steps take the result."""
+    harness.run(_worker, 2, kind, False, "cuda", deadline_s=300)
 
 
 def test_a_world_of_one_skips_an_overflowed_step_and_unscales_the_others():

@@ -18,6 +18,10 @@ calls ``step()``, with ``grad_scale`` (None when the user already called ``scale
   The step still counts (``opt.steps``, what MomentumSync reads), also when every rank overflowed.
 ShardedGradScaler (torch.distributed.fsdp) drives them the same way.
 
+The decision is taken on the host, so a step under a GradScaler reads ``found_inf`` there: on CUDA
+that waits for the backward pass to end, as GradScaler's own non-fused path (which calls
+``found_inf.item()`` to decide whether to step) does. Without a GradScaler nothing is read.
+
 float16 gradients are refused where the optimizer would unscale them, as GradScaler.unscale_ refuses
 them: unscaled in float16 the small gradients the scale protects underflow to zero.
 """

@@ -80,7 +80,7 @@ class OneBitAdam(CompressedAdamBase):
     def _fused_compressed_step(self, g, t, moments, present):
         """A compressed step by pride's fused kernels (CPU or CUDA); False, having done nothing, where they do
         not apply (mixed dtypes or devices, non-contiguous tensors, a build without CUDA for CUDA tensors).
-        Each run of present parameters is one launch over its slice of the flat buffer."""
+        Each run of present parameters is one call over its slice of the flat buffer (a launch per tensor)."""
         params = g["params"]
         grads = [p.grad for p in params]
         momenta, variances = [m for m, _ in moments], [v for _, v in moments]

@@ -169,7 +169,7 @@ class ZeroOneAdam(CompressedAdamBase):
 
     def _fused_local_step(self, g, t, present, synced):
         """The local step (and a synchronisation, where ``synced`` is given) by pride's fused kernels (CPU
-        or CUDA), one launch per run of present (synchronised) parameters over its slice of the flat
+        or CUDA), one call per run of present (synchronised) parameters over its slice of the flat
         buffer; False, having done nothing, where they do not apply (mixed dtypes or devices,
         non-contiguous tensors, a build without CUDA for CUDA tensors)."""
         params = g["params"]
