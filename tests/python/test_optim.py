@@ -123,6 +123,27 @@ def test_a_parameter_listed_twice_is_refused(name):
     assert [len(g["params"]) for g in opt.param_groups] == [6]
 
 
+@pytest.mark.parametrize("name", ["DistributedLion", "OneBitAdam", "ZeroOneAdam"])
+def test_parameters_that_share_memory_are_refused(name):
+    # W and W.t() registered as two parameters, or overlapping slices of one buffer: the fused steps would
+    # write the shared elements twice at once (and a transposed view, stepped in a copy written back,
+    # would undo W's step). torch's per-tensor loop steps them one after the other; pride refuses them.
+    import pride.optim
+
+    cls = getattr(pride.optim, name)
+    w = torch.randn(4, 6)
+    buf = torch.zeros(100)
+    for shared, positions in (([torch.nn.Parameter(w), torch.nn.Parameter(w.t())], "0 and 1"),
+                              ([buf[:50], torch.zeros(3), buf[40:]], "0 and 2"),
+                              ([buf[::2], buf[1::2], buf[10:12]], "0 and 2")):
+        with pytest.raises(ValueError, match=rf"{name}: the tensors at positions {positions} of a parameter group "
+                                             "share memory"):
+            cls([torch.nn.Parameter(t) if not isinstance(t, torch.nn.Parameter) else t for t in shared], lr=0.01)
+    # Disjoint views of one buffer (a flat buffer carved into parameters), interleaved ones included.
+    cls([torch.nn.Parameter(buf[:50]), torch.nn.Parameter(buf[50:])], lr=0.01)
+    cls([torch.nn.Parameter(buf[::2]), torch.nn.Parameter(buf[1::2])], lr=0.01)
+
+
 def _stepped_outside_its_group(rank, world, store_path):
     # Built on every rank (as torch's new_group runs), stepped on rank 2, outside the group [0, 1]: a
     # clear error, not a bare AttributeError (vote), plain local Lion (global) or a step uphill (the Adams).

@@ -24,3 +24,52 @@ def no_duplicates(param_group, optimizer):
         if first != i:
             raise ValueError(f"{optimizer}: a parameter group lists the same tensor twice (positions {first} and {i}, "
                              f"shape {tuple(p.shape)}); pride steps a group's tensors together, so each must appear once")
+    _no_shared_elements(params, optimizer)
+
+
+def _extent(t):
+    """The bytes of its storage that a strided tensor can touch: [first, end)."""
+    last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    first = t.storage_offset() * t.element_size()
+    return first, first + (last + 1) * t.element_size()
+
+
+def _elements(t):
+    """The storage indices of a tensor's elements (for the rare exact check below)."""
+    end = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    return torch.arange(end).as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1)
+
+
+def _no_shared_elements(params, optimizer):
+    """Raises ValueError when two distinct tensors of a group share memory (W and W.t() registered as two
+    parameters, or overlapping slices of one buffer): the fused steps would write the shared elements
+    from two slices at once, and a non-contiguous parameter, stepped in a copy written back, would undo
+    the other's step. Views of one buffer that do not overlap (a flat buffer carved into parameters)
+    are accepted."""
+    tensors = [p[1] if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) else p for p in params]
+    by_storage = {}
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.layout != torch.strided or t.device.type == "meta":
+            continue
+        try:
+            where = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # a tensor subclass without a storage of its own (DTensor)
+            continue
+        by_storage.setdefault((t.device, where), []).append((i, t))
+    for views in by_storage.values():
+        if len(views) < 2:
+            continue
+        spans = sorted((_extent(t), i, t) for i, t in views)
+        for k, ((start, end), i, a) in enumerate(spans):
+            for (other_start, _), j, b in spans[k + 1:]:
+                if other_start >= end:
+                    break
+                # Extents that meet may still interleave (x[::2] and x[1::2]): compare the elements.
+                if a.element_size() == b.element_size() and (start - other_start) % a.element_size() == 0 and \
+                        not torch.isin(_elements(a), _elements(b)).any():
+                    continue
+                first, second = sorted((i, j))
+                raise ValueError(f"{optimizer}: the tensors at positions {first} and {second} of a parameter group "
+                                 f"share memory (shapes {tuple(tensors[first].shape)} and {tuple(tensors[second].shape)}, "
+                                 "one storage); pride steps a group's tensors together, so each element must belong "
+                                 "to one parameter")
