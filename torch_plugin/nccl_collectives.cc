@@ -283,10 +283,20 @@ intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor& output, std::v
       total += uint64_t(i.numel());
     }
     const uint64_t digest = sizes_digest(sizes);
+    // An output that shares memory with an input another rank's reduce reads (all in one NCCL group)
+    // could be written before that read: then this rank's reduce goes to a new tensor, copied after.
+    bool output_is_read = false;
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      if (int(r) != getRank() && inputs[r].numel() > 0 &&
+          at::get_overlap_status(output, inputs[r]) != at::MemOverlapStatus::No) {
+        output_is_read = true;
+      }
+    }
     return enqueue_nccl(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", "reduce_scatter",
                         fingerprint(OpId::kReduceScatter, out, total, uint64_t(op.op_) | digest), {out}, ins,
-                        [out, ins, dtype, red](NcclCall& call) {
+                        [out, ins, dtype, red, output_is_read](NcclCall& call) {
                           const size_t me = size_t(call.collective().rank());
+                          at::Tensor into = output_is_read ? at::empty_like(out) : out;  // on pride's stream
                           // ncclReduce writes the root's recvbuff only; the other roots' calls get one
                           // scratch buffer rather than the caller's inputs, which stay as they were.
                           int64_t largest = 0;
@@ -297,12 +307,13 @@ intrusive_ptr<Work> PrideBackend::nccl_reduce_scatter(at::Tensor& output, std::v
                           call.run("grouped ncclReduce", [&](NcclComm& nccl, cudaStream_t stream) {
                             for (size_t r = 0; r < ins.size(); ++r) {
                               if (ins[r].numel() == 0) continue;  // on every rank: the sizes are agreed
-                              void* recv = r == me ? out.data_ptr() : scratch.data_ptr();
+                              void* recv = r == me ? into.data_ptr() : scratch.data_ptr();
                               nccl.check(ncclReduce(ins[r].data_ptr(), recv, size_t(ins[r].numel()), *dtype, *red,
                                                     int(r), nccl.get(), stream),
                                          "ncclReduce");
                             }
                           });
+                          if (output_is_read) const_cast<at::Tensor&>(out).copy_(into);
                         });
   }
   return enqueue_nccl(c10d::OpType::REDUCE_SCATTER, "pride:reduce_scatter", "reduce_scatter",

@@ -186,14 +186,22 @@ def _more_collectives(rank, world_size, store_path):
     for q, o in enumerate(ts):
         assert torch.equal(o.cpu(), torch.full((piece,), float(10 * q + rank))), "all_to_all in place"
     _pieces_of_different_sizes(rank, world_size, dev)  # an all_gather and a reduce_scatter
+    # reduce_scatter_v whose output is memory that another rank's piece of the input is read from (the
+    # reduces are one NCCL group): rank r's output is the start of its input piece for rank r + 1.
+    lengths = [piece + 5 * r for r in range(world_size)]  # increasing: each output fits in the next piece
+    pieces = [torch.arange(k, dtype=torch.float32, device=dev) * (rank + 1) for k in lengths]
+    want = torch.arange(lengths[rank], dtype=torch.float32) * sum(range(1, world_size + 1))
+    out = pieces[rank + 1][:lengths[rank]] if rank + 1 < world_size else torch.empty(lengths[rank], device=dev)
+    dist.reduce_scatter(out, pieces)
+    assert torch.equal(out.cpu(), want), "reduce_scatter_v into memory another rank's piece is read from"
     # the calls above went over NCCL; a bool allreduce (no NCCL op for it) still works, staged
     flags = torch.tensor([rank == 0, True, False], device=dev)
     dist.all_reduce(flags, op=dist.ReduceOp.BOR)
     assert flags.cpu().tolist() == [True, True, False]
     # 3 reduce, the AVG allreduce, the coalesced allreduce, gather, scatter, the five all-to-alls and
-    # the uneven all_gather and reduce_scatter: one NCCL call each; the bool BOR went the staged way and
-    # is counted elsewhere.
-    assert pride.stats()["per_algorithm"]["nccl"]["calls"] == 14, pride.stats()
+    # the uneven all_gather and both reduce_scatters: one NCCL call each; the bool BOR went the staged way
+    # and is counted elsewhere.
+    assert pride.stats()["per_algorithm"]["nccl"]["calls"] == 15, pride.stats()
     dist.destroy_process_group()
 
 
