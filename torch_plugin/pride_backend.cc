@@ -286,9 +286,7 @@ void PrideBackend::worker_loop() {
       try {
         done = next.task(*comm_, *next.work);
       } catch (...) {
-        const std::exception_ptr thrown = std::current_exception();
-        error = to_torch_error(thrown);
-        if (comm_->collectives_begun() != begun) tell_peers_of_local_failure(*next.work, thrown);
+        error = local_failure(*next.work, std::current_exception(), comm_->collectives_begun() != begun);
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -311,28 +309,36 @@ void PrideBackend::worker_loop() {
   }
 }
 
-// A collective that failed on this rank after it had begun, for a reason of this rank's own (an
-// allocation on a full GPU, a failed kernel launch: torch's and CUDA's errors, not pride's): the peers,
-// already in the collective, would wait for this rank until their deadline. They are told now, and the
-// group is broken here as it is after a failed exchange. pride's own errors are left alone: those that
-// involve the peers (a dead or silent peer, a deadline, an abort notice) have told them already, and a
-// mismatch or a bad argument is found alike by every rank, which leaves the group usable.
-void PrideBackend::tell_peers_of_local_failure(PrideWork& work, std::exception_ptr error) {
-  if (comm_->broken()) return;
+// A task that failed: the error its Work gets. pride's own errors pass as they are: those that involve
+// the peers (a dead or silent peer, a deadline, an abort notice) have told them already, and a mismatch
+// or a bad argument is found alike by every rank, which leaves the group usable. Any other error is a
+// failure of this rank's own, torch's or the system's (an allocation that failed, on a full GPU or
+// host; a failed kernel launch). If the collective had begun (`begun`), the peers are in it and would
+// wait for this rank until their deadline: they are told now, and the group is broken here as it is
+// after a failed exchange. torch's errors keep their type (torch.OutOfMemoryError, ...); others become
+// a DistBackendError that names this rank and the collective.
+std::exception_ptr PrideBackend::local_failure(PrideWork& work, std::exception_ptr thrown, bool begun) {
   std::string what = "unknown error";
+  bool torch_error = false;
   try {
-    std::rethrow_exception(error);
+    std::rethrow_exception(thrown);
   } catch (const Error&) {
-    return;
+    return to_torch_error(thrown);
   } catch (const c10::Error& e) {
     what = e.what_without_backtrace();
+    torch_error = true;
   } catch (const std::exception& e) {
     what = e.what();
   } catch (...) {
   }
   what = what.substr(0, what.find('\n'));  // the notice has room for a line, not a backtrace
-  comm_->abandon(fmt::format("pride rank {}/{}: {} #{} failed on this rank: {}", getRank(), getSize(),
-                             c10d::opTypeToString(work.retrieveOpType()), comm_->collectives_begun(), what));
+  const std::string message =
+      fmt::format("pride rank {}/{}: {}{} failed on this rank: {}", getRank(), getSize(),
+                  c10d::opTypeToString(work.retrieveOpType()),
+                  begun ? fmt::format(" #{}", comm_->collectives_begun()) : std::string(), what);
+  if (begun && !comm_->broken()) comm_->abandon(message);
+  if (torch_error) return thrown;
+  return to_torch_error(std::make_exception_ptr(std::runtime_error(message)));
 }
 
 // Every in-flight p2p fails with `reason` (an abort notice arrived: the group is broken).

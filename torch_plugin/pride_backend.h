@@ -140,7 +140,7 @@ class PrideBackend : public c10d::Backend {
   void worker_loop();
   void poll_in_flight();
   void fail_in_flight(const std::string& reason);
-  void tell_peers_of_local_failure(PrideWork& work, std::exception_ptr error);
+  std::exception_ptr local_failure(PrideWork& work, std::exception_ptr thrown, bool begun);
   struct InFlight;
   c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer, int tag);
   c10::intrusive_ptr<c10d::Work> sign_allreduce_cuda(at::Tensor& tensor, SignOptions options);

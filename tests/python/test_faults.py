@@ -38,6 +38,47 @@ def test_killed_rank_raises_on_survivors():
     assert outcome[1] is not None  # the killed one
 
 
+def _address_space_in_use():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def _out_of_memory_mid_collective(rank, world, store_path):
+    import resource
+
+    init_group(rank, world, store_path, timeout_s=30)
+    t = torch.arange(world * (32 << 20), dtype=torch.float32)  # 384 MiB: 128 MiB for each rank
+    dist.all_reduce(torch.ones(8))  # everyone is up
+    start = time.monotonic()
+    with pytest.raises(Exception) as err:
+        if rank == 1:
+            # In-place all-to-all sends from a copy of t, made once the collective has begun (the peers
+            # are in it): leave this rank no address space for that copy.
+            limits = resource.getrlimit(resource.RLIMIT_AS)
+            resource.setrlimit(resource.RLIMIT_AS, (_address_space_in_use() + (64 << 20), limits[1]))
+            try:
+                dist.all_to_all_single(t, t)
+            finally:
+                resource.setrlimit(resource.RLIMIT_AS, limits)
+        else:
+            dist.all_to_all_single(t, t)
+    took = time.monotonic() - start
+    message = str(err.value)
+    # rank 1's own error names it and the collective; the others are told by rank 1, not timed out
+    assert "rank 1/3: ALLTOALL_BASE" in message and "failed on this rank" in message, message
+    if rank != 1:
+        assert took < 10, f"raised after {took:.1f} s (timeout 30 s): {message}"
+
+
+def test_a_local_failure_mid_collective_is_told_to_the_peers():
+    """A rank whose part of a collective fails for a reason of its own (no memory for a copy) tells the
+    peers at once, instead of leaving them to wait for it until their deadline."""
+    run(_out_of_memory_mid_collective, 3, deadline_s=90)
+
+
 def _silent_peer(rank, world, store_path):
     init_group(rank, world, store_path, timeout_s=3)
     if rank == 1:
