@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backend/common/error.h"
 #include "collectives/bits/cuda/kernels.h"
 #include "torch_plugin/word_buffers.h"
 
@@ -43,9 +44,12 @@ void CudaPlaneOps::scatter(const uint64_t* in, int planes, patterns::Range words
 
 void CudaPlaneOps::count(const uint64_t* const* ballots, int nballots, size_t nwords, uint64_t* counter,
                          int counter_planes) {
-  TORCH_CHECK_VALUE(nballots <= bits::cuda::kMaxCountPlanes, "pride sign_allreduce (rank ", rank_,
-                    "): the device-memory path counts at most ", bits::cuda::kMaxCountPlanes, " ranks, this group has ",
-                    nballots, "; set PRIDE_CUDA_PATH=host");
+  // pride's InvalidArgument (a ValueError in Python), not torch's: every rank finds this alike, so the
+  // group stays usable (PrideBackend::local_failure tells the peers of torch's errors).
+  PRIDE_CHECK_ARG(nballots <= bits::cuda::kMaxCountPlanes,
+                  "pride sign_allreduce (rank {}): the device-memory path counts at most {} ranks, this group has {}; "
+                  "set PRIDE_CUDA_PATH=host",
+                  rank_, bits::cuda::kMaxCountPlanes, nballots);
   check_launch(bits::cuda::count_planes(ballots, nballots, nwords, counter, counter_planes, stream_), "count_planes");
 }
 

@@ -309,24 +309,36 @@ void PrideBackend::worker_loop() {
   }
 }
 
-// A task that failed: the error its Work gets. pride's own errors pass as they are: those that involve
-// the peers (a dead or silent peer, a deadline, an abort notice) have told them already, and a mismatch
-// or a bad argument is found alike by every rank, which leaves the group usable. Any other error is a
-// failure of this rank's own, torch's or the system's (an allocation that failed, on a full GPU or
-// host; a failed kernel launch). If the collective had begun (`begun`), the peers are in it and would
-// wait for this rank until their deadline: they are told now, and the group is broken here as it is
-// after a failed exchange. torch's errors keep their type (torch.OutOfMemoryError, ...); others become
-// a DistBackendError that names this rank and the collective.
+// A task that failed: the error its Work gets. pride's errors that involve the peers (PeerError,
+// TimeoutError: a dead or silent peer, a deadline, an abort notice) have told them already, and a
+// mismatch or a bad argument (MismatchError, InvalidArgument) is found alike by every rank, which leaves
+// the group usable: these pass as they are. Any other error is a failure of this rank's own: pride's
+// plain Error (a failed UCX call; Collective::fail() has broken the group already), torch's or the
+// system's (an allocation that failed, on a full GPU or host; a failed kernel launch). If a collective
+// began in this task (`begun`), the peers are in it, or have left it while this rank has not finished
+// it (a copy back after the exchange): they would wait for this rank until their deadline, or pair its
+// next collective with the wrong one, so they are told now, and the group is broken here as it is
+// after a failed exchange. pride's and torch's errors keep their type (torch.OutOfMemoryError, ...);
+// others become a DistBackendError that names this rank and the collective.
 std::exception_ptr PrideBackend::local_failure(PrideWork& work, std::exception_ptr thrown, bool begun) {
   std::string what = "unknown error";
-  bool torch_error = false;
+  bool keep_type = false;
   try {
     std::rethrow_exception(thrown);
-  } catch (const Error&) {
+  } catch (const PeerError&) {
     return to_torch_error(thrown);
+  } catch (const TimeoutError&) {
+    return to_torch_error(thrown);
+  } catch (const MismatchError&) {
+    return to_torch_error(thrown);
+  } catch (const InvalidArgument&) {
+    return to_torch_error(thrown);
+  } catch (const Error& e) {
+    what = e.what();
+    keep_type = true;
   } catch (const c10::Error& e) {
     what = e.what_without_backtrace();
-    torch_error = true;
+    keep_type = true;
   } catch (const std::exception& e) {
     what = e.what();
   } catch (...) {
@@ -334,10 +346,10 @@ std::exception_ptr PrideBackend::local_failure(PrideWork& work, std::exception_p
   what = what.substr(0, what.find('\n'));  // the notice has room for a line, not a backtrace
   const std::string message =
       fmt::format("pride rank {}/{}: {}{} failed on this rank: {}", getRank(), getSize(),
-                  c10d::opTypeToString(work.retrieveOpType()),
+                  work.name(),
                   begun ? fmt::format(" #{}", comm_->collectives_begun()) : std::string(), what);
   if (begun && !comm_->broken()) comm_->abandon(message);
-  if (torch_error) return thrown;
+  if (keep_type) return to_torch_error(thrown);
   return to_torch_error(std::make_exception_ptr(std::runtime_error(message)));
 }
 

@@ -1,12 +1,17 @@
 #include "torch_plugin/pride_work.h"
 
+#include <string_view>
+
 namespace pride::torch_plugin {
 
 PrideWork::PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs,
                      std::shared_ptr<DeviceCompletion> device)
     : c10d::Work(rank, type, profiling_title), outputs_(std::move(outputs)), device_(std::move(device)),
       future_(torch_compat::make_tensor_list_future(device_ ? std::vector<c10::Device>{device_->device()}
-                                                            : std::vector<c10::Device>{})) {}
+                                                            : std::vector<c10::Device>{})) {
+  const std::string_view title = profiling_title != nullptr ? profiling_title : "collective";
+  name_ = std::string(title.substr(title.rfind(':') == std::string_view::npos ? 0 : title.rfind(':') + 1));
+}
 
 void PrideWork::complete(std::exception_ptr error) {
   // The Future first: Work::wait() returning must imply the Future's value is visible.

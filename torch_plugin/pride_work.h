@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "torch_plugin/device_completion.h"
@@ -31,12 +32,15 @@ class PrideWork : public c10d::Work {
   void complete(std::exception_ptr error = nullptr);
   void set_source_rank(int rank) { source_rank_ = rank; }
   std::vector<at::Tensor>& outputs() { return outputs_; }
+  // What the caller called, for errors: the profiling title less its "pride:" ("all_to_all_single").
+  const std::string& name() const { return name_; }
 
  private:
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<DeviceCompletion> device_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
+  std::string name_;
 };
 
 }  // namespace pride::torch_plugin

@@ -397,10 +397,11 @@ def test_lion_cub_l1_l0_on_cuda_follow_the_authors_formula_and_replicas_agree_3r
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_distributed_lion_cuda_two_param_groups_on_two_streams_one_process(dtype):
-    """A world of one keeps the slice table it last copied to the device; two parameter groups step one
-    after the other with a table each, so each step brings its own table (copied without the host
-    waiting for the other group's kernel). Every third step runs on a side stream, which must find the
-    table it reuses copied, and leave it in use for the stream that frees it."""
+    """A world of one keeps the slice table it last copied to the device. Two parameter groups step one
+    after the other with a table each, so each brings its own (copied without the host waiting for the
+    other group's kernel); a one-group optimizer of its own workspace finds its table again every
+    step (new gradients come back at the same addresses). Every third step runs on a side stream, which
+    must wait for the copy of a table it reuses, and hand it back to the stream that frees it."""
     from pride.optim import DistributedLion
 
     g = torch.Generator().manual_seed(8)
@@ -413,20 +414,27 @@ def test_distributed_lion_cuda_two_param_groups_on_two_streams_one_process(dtype
         return [{"params": ps[:2], "weight_decay": 0.1}, {"params": ps[2:], "weight_decay": 0.0}]
 
     oc, og = DistributedLion(groups(pc), lr=1e-3), DistributedLion(groups(pg), lr=1e-3)
+    # One group (its own workspace, float16 so that it is not the groups' dtype either).
+    qc = [torch.nn.Parameter(torch.randn(s, generator=g).half()) for s in ((1000,), (7, 9))]
+    qg = [torch.nn.Parameter(q.detach().cuda()) for q in qc]
+    one_c, one_g = DistributedLion(qc, lr=1e-3), DistributedLion(qg, lr=1e-3)
     side = torch.cuda.Stream()
     for step in range(9):
-        for a, b in zip(pc, pg):
-            grad = torch.randn(a.shape, generator=g).to(dtype)
+        for a, b in zip(pc + qc, pg + qg):
+            grad = torch.randn(a.shape, generator=g).to(a.dtype)
             a.grad, b.grad = grad, grad.cuda()
         oc.step()
+        one_c.step()
         if step % 3 == 2:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 og.step()
+                one_g.step()
             torch.cuda.current_stream().wait_stream(side)
         else:
             og.step()
-        for i, (a, b) in enumerate(zip(pc, pg)):
+            one_g.step()
+        for i, (a, b) in enumerate(zip(pc + qc, pg + qg)):
             assert _same_bits(a.detach(), b.detach().cpu()), f"step {step} tensor {i}: the CUDA step differs from the CPU's"
 
 

@@ -142,6 +142,11 @@ def test_parameters_that_share_memory_are_refused(name):
     # Disjoint views of one buffer (a flat buffer carved into parameters), interleaved ones included.
     cls([torch.nn.Parameter(buf[:50]), torch.nn.Parameter(buf[50:])], lr=0.01)
     cls([torch.nn.Parameter(buf[::2]), torch.nn.Parameter(buf[1::2])], lr=0.01)
+    # Fake tensors (tracing, memory estimates) have no memory to share: built as torch's optimizers are.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        cls([torch.nn.Parameter(torch.randn(4, 6)), torch.nn.Parameter(torch.randn(6))], lr=0.01)
 
 
 def _stepped_outside_its_group(rank, world, store_path):

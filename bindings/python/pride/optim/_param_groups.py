@@ -34,10 +34,13 @@ def _extent(t):
     return first, first + (last + 1) * t.element_size()
 
 
-def _elements(t):
-    """The storage indices of a tensor's elements (for the rare exact check below)."""
-    end = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
-    return torch.arange(end).as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1)
+def _share_elements(a, b, first, end):
+    """Whether two tensors of one storage, both within elements [first, end) of it, share an element:
+    a byte mask of that window, marked through a's strides and read through b's (views that interleave,
+    such as x[::2] and x[1::2], share none)."""
+    mask = torch.zeros(end - first, dtype=torch.bool)
+    mask.as_strided(a.shape, a.stride(), a.storage_offset() - first).fill_(True)
+    return bool(mask.as_strided(b.shape, b.stride(), b.storage_offset() - first).any())
 
 
 def _no_shared_elements(params, optimizer):
@@ -51,9 +54,13 @@ def _no_shared_elements(params, optimizer):
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.layout != torch.strided or t.device.type == "meta":
             continue
+        if isinstance(t, torch._subclasses.FakeTensor):  # tracing or memory estimates: no real memory
+            continue
         try:
             where = t.untyped_storage().data_ptr()
         except (RuntimeError, NotImplementedError):  # a tensor subclass without a storage of its own (DTensor)
+            continue
+        if where == 0:  # no memory behind it (lazy or fake tensors)
             continue
         by_storage.setdefault((t.device, where), []).append((i, t))
     for views in by_storage.values():
@@ -65,8 +72,9 @@ def _no_shared_elements(params, optimizer):
                 if other_start >= end:
                     break
                 # Extents that meet may still interleave (x[::2] and x[1::2]): compare the elements.
-                if a.element_size() == b.element_size() and (start - other_start) % a.element_size() == 0 and \
-                        not torch.isin(_elements(a), _elements(b)).any():
+                size = a.element_size()
+                if b.element_size() == size and not _share_elements(a, b, min(start, other_start) // size,
+                                                                     max(end, _extent(b)[1]) // size):
                     continue
                 first, second = sorted((i, j))
                 raise ValueError(f"{optimizer}: the tensors at positions {first} and {second} of a parameter group "
