@@ -68,13 +68,12 @@ def _no_shared_elements(params, optimizer):
             continue
         spans = sorted((_extent(t), i, t) for i, t in views)
         for k, ((start, end), i, a) in enumerate(spans):
-            for (other_start, _), j, b in spans[k + 1:]:
+            for (other_start, other_end), j, b in spans[k + 1:]:
                 if other_start >= end:
                     break
                 # Extents that meet may still interleave (x[::2] and x[1::2]): compare the elements.
                 size = a.element_size()
-                if b.element_size() == size and not _share_elements(a, b, min(start, other_start) // size,
-                                                                     max(end, _extent(b)[1]) // size):
+                if b.element_size() == size and not _share_elements(a, b, start // size, max(end, other_end) // size):
                     continue
                 first, second = sorted((i, j))
                 raise ValueError(f"{optimizer}: the tensors at positions {first} and {second} of a parameter group "
