@@ -2,7 +2,8 @@
 
 Inputs are integer-valued so that every reduction is exact in every dtype: pride and Gloo may
 reduce in different orders, and exact arithmetic makes their results comparable bit for bit. Where
-Gloo refuses a dtype or op, the result is checked against a plain oracle instead.
+Gloo refuses a dtype or op, the result is checked against a plain oracle instead. The last test uses
+random floats on purpose: it checks the bits every rank gets, and the order of small sums.
 """
 
 import pytest
@@ -339,3 +340,50 @@ def _self_overlapping_outputs(rank, world, store_path):
 
 def test_outputs_whose_elements_share_memory_are_refused_before_sending():
     run(_self_overlapping_outputs, 2)
+
+
+def _tree_order_sum(xs):
+    """pride's small-buffer allreduce order in plain float32 (collectives/engine/standard/allreduce.cc):
+    ranks p2..N-1 fold into rank r - p2 (leaf i is x[i] + x[i + p2]), then a balanced tree over the
+    leaves, lower half first."""
+    p2 = 1
+    while p2 * 2 <= len(xs):
+        p2 *= 2
+    level = [xs[i] + xs[i + p2] if i + p2 < len(xs) else xs[i] for i in range(p2)]
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def _float_sums_beside_gloo(rank, world, store_path):
+    # Float sums depend on the order, which the integer inputs above hide: every rank must get the same
+    # bits, in the documented order for small buffers, round after round, with Gloo's collectives
+    # running on the same ranks in between (DeepSpeed beside pride, as in test_onebit_vs_deepspeed).
+    init_group(rank, world, store_path, backend="gloo")
+    pg = dist.new_group(backend="pride")
+    for rnd in range(30):
+        for numel in (1, 2304, 4608, 40000):  # 40000 floats (156 KiB) take the ring: no order pinned
+            xs = [torch.randn(numel, generator=torch.Generator().manual_seed(7 * rnd + 1000 * r + numel)) * (r + 1)
+                  for r in range(world)]
+            got = xs[rank].clone()
+            dist.all_reduce(got, group=pg)
+            where = f"rank {rank}, round {rnd}, {numel} floats"
+            if numel * 4 <= 64 << 10:
+                want = _tree_order_sum(xs)
+                assert torch.equal(got, want), f"{where}: {int((got != want).sum())} elements not in the tree order"
+            else:
+                wide = sum(x.double() for x in xs)
+                torch.testing.assert_close(got.double(), wide, rtol=1e-5, atol=1e-5, msg=where)
+            everyone = [torch.empty_like(got) for _ in range(world)]
+            dist.all_gather(everyone, got)  # over Gloo
+            assert all(torch.equal(e, got) for e in everyone), f"{where}: the ranks' bits differ"
+            if rnd % 10 == 0:
+                dist.all_reduce(got, group=pg, op=dist.ReduceOp.AVG)  # AVG divides the same bits everywhere
+                dist.all_gather(everyone, got)
+                assert all(torch.equal(e, got) for e in everyone), f"{where}: the ranks' averages differ"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_float_sums_give_the_same_bits_on_every_rank_beside_gloo(world):
+    run(_float_sums_beside_gloo, world, deadline_s=180)
