@@ -173,16 +173,14 @@ def _lock_step(opt, ref, ours, theirs, kind):
             group["lrs"] = its["lrs"]
 
 
-def _mostly_close(a, b, where, rtol=1e-4, atol=1e-6, grad=None, beside=None):
+def _mostly_close(a, b, where, rtol=1e-4, atol=1e-6, beside=None):
     close = torch.isclose(a, b, rtol=rtol, atol=atol)
     if close.float().mean() >= 0.999:
         return
-    # The first elements that differ, with the gradient DeepSpeed was given there and the tensors in
-    # `beside` (both sides' moments), so that a failure seen once can be told apart: rounding near 0,
-    # a scale, or data that did not arrive (test_onebit_vs_deepspeed's one unexplained failure, compat.md).
-    beside = dict(beside or {})
-    if grad is not None:
-        beside["grad"] = grad
+    # The first elements that differ, with the tensors in `beside` there (the gradient DeepSpeed was given,
+    # both sides' moments), so that a failure seen once can be told apart: rounding near 0, a scale, or
+    # data that did not arrive (test_onebit_vs_deepspeed's one unexplained failure, compat.md).
+    beside = beside or {}
     shown = []
     for i in torch.nonzero(~close).flatten()[:6].tolist():
         at = f"[{i}] pride {float(a.flatten()[i]):.9g} DeepSpeed {float(b.flatten()[i]):.9g}"
@@ -234,11 +232,10 @@ def _optimizer_worker(rank, world_size, store_path, kind, steps):
             where = f"rank {rank}, step {step + 1} ({send}), parameter {k}"
             assert torch.equal(a.grad, given[k]), f"{where}: pride's optimizer wrote into the gradient"
             m_ours, m_ds = opt.state[a]["exp_avg"], ref.state[b]["exp_avg"]
-            moments = {"pride m": m_ours, "DeepSpeed m": m_ds, "pride v": opt.state[a].get("exp_avg_sq"),
-                       "DeepSpeed v": ref.state[b].get("exp_avg_sq")}
-            _mostly_close(a.detach(), b.detach(), where, grad=b.grad, beside=moments)
-            _mostly_close(m_ours, m_ds, where + ", momentum", atol=1e-5 * float(m_ds.abs().max()), grad=b.grad,
-                          beside=moments)
+            beside = {"pride m": m_ours, "DeepSpeed m": m_ds, "pride v": opt.state[a].get("exp_avg_sq"),
+                      "DeepSpeed v": ref.state[b].get("exp_avg_sq"), "grad": b.grad}
+            _mostly_close(a.detach(), b.detach(), where, beside=beside)
+            _mostly_close(m_ours, m_ds, where + ", momentum", atol=1e-5 * float(m_ds.abs().max()), beside=beside)
         if kind == "onebit":  # pride's replicas are bitwise identical after every step (and DeepSpeed's)
             assert all(_all_same(a, world_size) for a in ours), f"step {step + 1}: pride's replicas differ"
         # 0/1 Adam: DeepSpeed's replicas differ by rounding after a synchronisation (each rank rolls back
