@@ -125,6 +125,16 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<>())
       .def_property_readonly("device_bytes", &pride::torch_plugin::CudaLionWorkspace::device_bytes);
 #endif
+  py::class_<pride::torch_plugin::AbstentionMemory, std::shared_ptr<pride::torch_plugin::AbstentionMemory>>(
+      m, "AbstentionMemory",
+      "What DistributedLion's exact votes remember between steps on CPU tensors (one per device and dtype): each "
+      "bucket's union of abstaining elements, re-voted while it holds every rank's abstentions")
+      .def(py::init<>())
+      .def_property_readonly("remembered", [](const pride::torch_plugin::AbstentionMemory& m) {
+        std::vector<size_t> sizes;  // elements of each bucket's remembered union
+        for (const auto& b : m.buckets) sizes.push_back(b.elements.size());
+        return sizes;
+      });
   m.def("cuda_supported", &PrideBackend::cuda_supported, "Whether this build of pride handles CUDA tensors.");
   m.def("nccl_supported", &PrideBackend::nccl_supported,
         "Whether this build of pride has the NCCL transport for CUDA tensors (PRIDE_CUDA_TRANSPORT).");
@@ -163,15 +173,18 @@ PYBIND11_MODULE(_C, m) {
                             ", but this build of pride has no CUDA support");
 #endif
         }
+        auto memory = workspace.is_none() ? nullptr
+                                          : workspace.cast<std::shared_ptr<pride::torch_plugin::AbstentionMemory>>();
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
         return pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options, lion_votes,
-                                                          size_t(bucket_elements), layout_digest, site);
+                                                          size_t(bucket_elements), layout_digest, site, memory.get());
       },
       py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),
       py::arg("beta2"), py::arg("weight_decay"), py::arg("mode"), py::arg("votes"), py::arg("bucket_elements"),
       py::arg("layout_digest") = 0, py::arg("workspace") = py::none(), py::arg("rank") = 0,
       "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one). "
-      "grads/momenta entries may be None (no gradient on this rank: it abstains). Returns False, having "
+      "grads/momenta entries may be None (no gradient on this rank: it abstains). workspace: a CudaLionWorkspace "
+      "for CUDA tensors, an AbstentionMemory (or None) for CPU ones. Returns False, having "
       "applied nothing, when the ranks' layout digests differ. rank: the one errors name without a backend.");
 
   // 1-bit Adam's and 0/1 Adam's fused CPU steps (collectives/bits/compressed_adam.h).

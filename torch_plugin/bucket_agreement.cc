@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 
+#include "collectives/engine/sign/sparse_abstentions.h"
 #include "collectives/engine/standard/collectives.h"
+#include "collectives/engine/standard/common.h"
 
 namespace pride::torch_plugin {
 
@@ -42,6 +45,32 @@ bool abstaining_elements(const uint64_t* pos, const uint64_t* neg, const WordRan
   return true;
 }
 
+bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const uint64_t* pos, const uint64_t* neg,
+                              const WordRanges& ranges, size_t limit, std::vector<uint32_t>& out) {
+  out.clear();
+  if (memory.elements.empty() || memory.key != key) return false;
+  // Both sides ascending (ranges are in order): one merge pass.
+  auto next = memory.elements.begin();
+  for (const auto& [first, count] : ranges) {
+    const size_t words = (count + 63) / 64;
+    for (size_t i = 0; i < words; ++i) {
+      for (uint64_t abstain = ~(pos[first + i] | neg[first + i]) & tail_mask(count, i, words); abstain != 0;
+           abstain &= abstain - 1) {
+        const uint32_t element = uint32_t((first + i) * 64 + size_t(__builtin_ctzll(abstain)));
+        next = std::lower_bound(next, memory.elements.end(), element);
+        if (next != memory.elements.end() && *next == element) continue;
+        if (out.size() == limit) return false;
+        out.push_back(element);
+      }
+    }
+  }
+  return true;
+}
+
+uint64_t remembered_union_key(uint64_t layout_digest, size_t begin, size_t size) {
+  return standard::hash_sizes({size_t(layout_digest), begin, size});
+}
+
 void binary_as_ternary(uint64_t* pos, uint64_t* neg, size_t nwords, const WordRanges& ranges) {
   std::vector<uint64_t> keep(nwords, 0);  // which bits are elements of a piece that voted
   for (const auto& [first, count] : ranges) {
@@ -60,8 +89,19 @@ namespace {
 enum HeaderField : size_t {
   kDigestLow, kDigestHigh, kInvertedLow, kInvertedHigh,  // d and ~d in two halves each
   kCallLow, kCallHigh, kCallInvertedLow, kCallInvertedHigh,  // the same for the call digest
-  kWantsTernary, kLacksGrad, kCannotRevote, kLongestList, kOffDevice, kHeaderFields
+  kWantsTernary, kLacksGrad, kCannotRevote, kLongestList, kOffDevice,
+  kLongestOutside, kUnionLow, kUnionHigh, kUnionInvertedLow, kUnionInvertedHigh,  // the remembered U (0: none)
+  kUnionLongest, kRefreshBlocked, kChecking, kHeaderFields
 };
+
+// kLongestList of a rank whose list was cut at its limit.
+constexpr uint32_t kListTooLong = ~uint32_t(0);
+
+uint64_t union_digest(uint64_t key, const std::vector<uint32_t>& elements) {
+  std::vector<size_t> words{size_t(key)};
+  words.insert(words.end(), elements.begin(), elements.end());
+  return standard::hash_sizes(words);
+}
 
 // Every rank's list of abstaining elements, each padded to `longest` with ~0, all-gathered; their union.
 std::vector<uint32_t> union_of_lists(Communicator& comm, const std::vector<uint32_t>& mine, uint32_t longest) {
@@ -77,7 +117,7 @@ std::vector<uint32_t> union_of_lists(Communicator& comm, const std::vector<uint3
 
 }  // namespace
 
-BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
+BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, RememberedUnion* memory) {
   const bool lacks_grad = std::find(in.has_grad.begin(), in.has_grad.end(), 0) != in.has_grad.end();
   std::array<uint32_t, kHeaderFields> header{};
   header[kDigestLow] = uint32_t(in.layout_digest);
@@ -91,8 +131,19 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
   header[kWantsTernary] = in.wants_ternary || lacks_grad ? 1 : 0;
   header[kLacksGrad] = lacks_grad ? 1 : 0;
   header[kCannotRevote] = in.can_revote ? 0 : 1;
-  header[kLongestList] = in.can_revote ? uint32_t(in.abstaining.size()) : 0;
+  header[kLongestList] = !in.can_revote ? 0 : in.abstaining_complete ? uint32_t(in.abstaining.size()) : kListTooLong;
   header[kOffDevice] = in.device_memory ? 0 : 1;
+  const bool remembers = memory != nullptr && memory->key == in.memory_key && !memory->elements.empty();
+  header[kLongestOutside] =
+      !in.can_revote ? 0 : remembers && in.outside_complete ? uint32_t(in.outside_union.size()) : kListTooLong;
+  const uint64_t digest = remembers ? memory->digest : 0;
+  header[kUnionLow] = uint32_t(digest);
+  header[kUnionHigh] = uint32_t(digest >> 32);
+  header[kUnionInvertedLow] = ~header[kUnionLow];
+  header[kUnionInvertedHigh] = ~header[kUnionHigh];
+  header[kUnionLongest] = remembers ? memory->longest : 0;
+  header[kRefreshBlocked] = memory != nullptr && memory->wait > 0 ? 1 : 0;
+  header[kChecking] = memory != nullptr && memory->checking ? 1 : 0;
   allreduce(comm, header.data(), header.size(), ScalarType::kUInt32, ReduceOp::kMax);
 
   BucketAgreement out;
@@ -100,13 +151,71 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in) {
   out.layouts_agree = header[kDigestLow] == ~header[kInvertedLow] && header[kDigestHigh] == ~header[kInvertedHigh];
   if (!out.layouts_agree) return out;
   out.calls_agree = header[kCallLow] == ~header[kCallInvertedLow] && header[kCallHigh] == ~header[kCallInvertedHigh];
-  const uint32_t longest = header[kLongestList];
-  const bool ternary = header[kWantsTernary] != 0 || (longest > 0 && header[kCannotRevote] != 0);
-  out.votes = ternary ? VoteKind::kTernary : VoteKind::kBinary;
   out.all_device_memory = header[kOffDevice] == 0;
   out.any_grad = in.has_grad;
   if (header[kLacksGrad]) allreduce(comm, out.any_grad.data(), out.any_grad.size(), ScalarType::kUInt8, ReduceOp::kMax);
-  if (!ternary && longest > 0) out.revote = union_of_lists(comm, in.abstaining, longest);
+
+  // Everything below is decided from the reduced header alone, so every rank decides the same.
+  const uint32_t longest = header[kLongestList], longest_outside = header[kLongestOutside];
+  const bool forced_ternary = header[kWantsTernary] != 0 || (longest > 0 && header[kCannotRevote] != 0);
+  const size_t short_list = max_revote_list(in.bucket_numel, comm.size());
+  // Every rank remembers the same U: both halves of its digest came back intact, and nonzero.
+  const bool same_union = header[kUnionLow] == ~header[kUnionInvertedLow] &&
+                          header[kUnionHigh] == ~header[kUnionInvertedHigh] &&
+                          (header[kUnionLow] | header[kUnionHigh]) != 0;
+  // U can serve this step: it holds every abstention, or the few outside it are all-gathered and added.
+  const bool extendable = same_union && longest_outside <= short_list;
+  // The last refresh from long lists was not re-used: no other long refresh for a while.
+  const bool blocked = header[kRefreshBlocked] != 0 || (header[kChecking] != 0 && !extendable);
+  const bool can_refresh = longest != kListTooLong && (longest <= short_list || (memory != nullptr && !blocked));
+  // A U much larger than today's lists need is made again when that is affordable: the re-vote costs
+  // 2 bits an element of U every step, the lists 32 bits an element once. Larger: made of lists a quarter
+  // longer than today's longest, or more than twice the union today's lists could at most have.
+  const size_t remembered_size = memory != nullptr ? memory->elements.size() : 0;
+  const bool shrink = extendable && can_refresh &&
+                      (uint64_t(longest) * 4 <= uint64_t(header[kUnionLongest]) * 3 ||
+                       remembered_size > 2 * size_t(comm.size()) * longest);
+
+  bool refreshed = false, extended = false;
+  out.votes = VoteKind::kBinary;
+  if (forced_ternary) {
+    out.votes = VoteKind::kTernary;
+  } else if (longest == 0) {
+    // no abstentions anywhere: binary votes are exact
+  } else if (extendable && !shrink) {
+    out.revote = memory->elements;
+    if (longest_outside > 0) {
+      const std::vector<uint32_t> added = union_of_lists(comm, in.outside_union, longest_outside);
+      std::vector<uint32_t> merged;
+      std::set_union(out.revote.begin(), out.revote.end(), added.begin(), added.end(), std::back_inserter(merged));
+      out.revote = std::move(merged);
+      extended = true;
+    }
+  } else if (can_refresh) {
+    out.revote = union_of_lists(comm, in.abstaining, longest);
+    refreshed = true;
+  } else {
+    out.votes = VoteKind::kTernary;
+  }
+
+  if (memory != nullptr) {
+    if (header[kChecking] != 0) {  // the agreement after a long refresh: did it pay?
+      memory->backoff = extendable ? 1 : std::min<uint32_t>(2 * memory->backoff, 1024);
+      memory->wait = extendable ? 0 : memory->backoff;
+      memory->checking = false;
+    } else if (memory->wait > 0) {
+      --memory->wait;
+    }
+    if (refreshed || extended) {
+      memory->key = in.memory_key;
+      memory->elements = out.revote;
+      memory->digest = union_digest(in.memory_key, memory->elements);
+    }
+    if (refreshed) {
+      memory->longest = longest;
+      memory->checking = longest > short_list;
+    }
+  }
   return out;
 }
 

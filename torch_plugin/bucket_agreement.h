@@ -19,7 +19,18 @@
 //     all-gather of the lists (padded to that length) gives every rank their union U, and the bucket
 //     travels as binary votes with U re-voted as ternary ones (sparse_abstentions.h): the exact result
 //     at about the binary cost. A rank that cannot re-vote (the CUDA step, so far) says so in the
-//     header, and then any abstention sends the bucket ternary.
+//     header, and then any abstention sends the bucket ternary;
+//   - the longest list of abstaining elements outside the union U that the bucket found at an earlier
+//     step and remembered (RememberedUnion), and a digest of that U. When every rank remembers the
+//     same U, U is re-voted again without the all-gather of lists, or, if some rank has a few
+//     abstentions outside it (bf16's exact cancellations come and go), only those are all-gathered
+//     and added to U. Lion's abstentions persist: an element with c == 0 is, all but always, one
+//     whose gradient has been exactly 0 on this rank since the momentum started (a dead unit, an input
+//     that is always 0), and the set only shrinks as such elements get their first gradient. So lists
+//     too long to all-gather every step (the digits CNN: ~650 of 58k elements a rank, 362 the limit at
+//     N = 4) are all-gathered once, up to 8 times that limit, and re-voted at 2 bits an element of U
+//     afterwards instead of the ternary plane. Any U that contains every rank's abstentions gives the
+//     exact result (sparse_abstentions.h); the digest makes every rank re-vote the same U.
 // Binary votes cannot abstain (a 0 bit votes −1), ternary votes can but cost twice the reduce-phase
 // traffic, so a bucket travels as binary votes (re-voting the few abstentions) unless some rank needs
 // ternary ones.
@@ -55,15 +66,23 @@ void binary_as_ternary(uint64_t* pos, uint64_t* neg, size_t nwords, const WordRa
 // What this rank brings to one bucket's agreement.
 struct BucketInput {
   uint64_t layout_digest = 0;
+  size_t bucket_numel = 0;         // the bucket's elements (what the list limits scale with)
   // sign_call_digest of the bucket's sign-allreduce (either vote kind): when every rank sent the same,
   // the call skips its own fingerprint check (SignOptions::call_agreed).
   uint64_t call_digest = 0;
   bool wants_ternary = false;      // ternary votes: too many elements of this rank's bucket must abstain
   std::vector<uint8_t> has_grad;   // per tensor of the bucket, in order: 1 if this rank has its gradient
-  // The elements of this rank's bucket that abstain (ascending, at most max_revote_list), when it can
-  // re-vote them; a rank that cannot sets wants_ternary for any abstention instead.
+  // The elements of this rank's bucket that abstain (ascending), when it can re-vote them; a rank that
+  // cannot sets wants_ternary for any abstention instead. abstaining_complete false: there were more
+  // than the list's limit (max_revote_list, or 8 times that with a memory), and `abstaining` is cut.
   bool can_revote = false;
   std::vector<uint32_t> abstaining;
+  bool abstaining_complete = true;
+  // The abstaining elements outside the bucket's remembered U (ascending; complete: at most the
+  // list's limit). outside_complete false also when nothing is remembered for this bucket.
+  std::vector<uint32_t> outside_union;
+  bool outside_complete = false;
+  uint64_t memory_key = 0;         // remembered_union_key of this bucket
   bool device_memory = false;      // this rank's planes travel from GPU memory (CUDA, UCX device path)
 };
 
@@ -78,7 +97,44 @@ struct BucketAgreement {
   std::vector<uint32_t> revote;
 };
 
-// On the worker, the same on every rank.
-BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in);
+// What one bucket's agreements carry from step to step: the union U of abstaining elements found by its
+// last all-gather of lists. Only agreed outcomes change it, so it is the same on every rank that took the
+// same steps; a rank whose memory differs (a new optimizer, a resumed job) is found by the digest.
+struct RememberedUnion {
+  uint64_t key = 0;                // the layout digest and the bucket's place; U of another layout is not used
+  std::vector<uint32_t> elements;  // U, ascending; empty: nothing remembered
+  uint64_t digest = 0;             // of key and U, compared across ranks
+  uint32_t longest = 0;            // the longest list U was made of: a list much shorter now makes a smaller U
+  // A refresh from lists longer than max_revote_list is paid back only if the next steps re-use U. Each
+  // one that the next agreement could not re-use doubles the number of agreements to wait before the
+  // next such refresh (up to 1024).
+  bool checking = false;
+  uint32_t backoff = 1, wait = 0;
+};
+
+// Every RememberedUnion of one DistributedLion, per device and dtype (_C.AbstentionMemory), by bucket.
+struct AbstentionMemory {
+  std::vector<RememberedUnion> buckets;
+  void reserve(size_t count) {  // before a step: it never resizes while buckets vote
+    if (buckets.size() < count) buckets.resize(count);
+  }
+};
+
+// With a memory, lists up to this many times max_revote_list may be all-gathered (see above).
+constexpr size_t kRememberedListFactor = 8;
+
+// The abstaining elements of `ranges` in the planes `pos` / `neg` (bucket-relative, as abstaining_elements
+// reads them) that `memory`'s U (for this `key`) lacks, into `out`. False, with `out` incomplete, when
+// there are more than `limit` or nothing is remembered for `key`.
+bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const uint64_t* pos, const uint64_t* neg,
+                              const WordRanges& ranges, size_t limit, std::vector<uint32_t>& out);
+
+// The key of a bucket's memory: its layout digest, first element and size.
+uint64_t remembered_union_key(uint64_t layout_digest, size_t begin, size_t size);
+
+// On the worker, the same on every rank. `memory` (may be null: nothing is remembered) is this bucket's;
+// in.outside_union must then hold this rank's abstentions outside it (abstaining_outside_union), and
+// in.memory_key its key. The agreement updates it.
+BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, RememberedUnion* memory = nullptr);
 
 }  // namespace pride::torch_plugin

@@ -102,7 +102,7 @@ void check_step_tensors(const std::vector<at::Tensor>& params, const std::vector
 bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
-                           uint64_t layout_digest, const CallSite& site) {
+                           uint64_t layout_digest, const CallSite& site, AbstentionMemory* memory) {
   check_step_tensors(params, grads, momenta, site);
   if (params.empty()) return true;
   check_cpu_tensor(params[0], site);  // and so every tensor (check_step_tensors: one device)
@@ -131,6 +131,9 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
   // rank's next collective is the caller's diagnosis.
   auto layouts_differ = std::make_shared<std::atomic<bool>>(false);
 
+  // Sized before any bucket's vote is queued: the worker holds references into it while later buckets pack.
+  if (memory != nullptr) memory->reserve((total + bucket_elements - 1) / bucket_elements);
+
   std::vector<std::shared_ptr<Bucket>> buckets;
   for (size_t begin = 0; begin < total; begin += bucket_elements) {
     auto b = std::make_shared<Bucket>();
@@ -139,6 +142,7 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
     const size_t nwords = bits::words_for(b->size);
     b->votes.assign(2 * nwords, 0);
     b->input.layout_digest = layout_digest;
+    b->input.bucket_numel = b->size;
     // 1. pack: the local Lion step of every tensor piece in the bucket that has a gradient here.
     WordRanges voting;  // the pieces that voted
     for (const Piece& pc : pieces_in(starts, sizes, b->begin, b->begin + b->size)) {
@@ -154,21 +158,31 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       });
       voting.emplace_back(word, pc.size);
     }
-    // Exact votes: a few abstaining elements are listed and re-voted (sparse_abstentions.h), many make
-    // the bucket ternary.
+    // Exact votes: a few abstaining elements are listed and re-voted (sparse_abstentions.h), or the
+    // union remembered from an earlier step is (bucket_agreement.h); many make the bucket ternary.
     b->input.can_revote = true;
+    RememberedUnion* remembered =
+        votes == LionVotes::kExact && memory != nullptr && backend != nullptr ? &memory->buckets[buckets.size()] : nullptr;
     if (votes == LionVotes::kExact) {
-      const size_t limit = max_revote_list(b->size, backend != nullptr ? backend->getSize() : 1);
-      b->input.wants_ternary =
-          !abstaining_elements(b->votes.data(), b->votes.data() + nwords, voting, limit, b->input.abstaining);
+      const size_t limit = max_revote_list(b->size, backend != nullptr ? backend->getSize() : 1) *
+                           (remembered != nullptr ? kRememberedListFactor : 1);
+      b->input.abstaining_complete =
+          abstaining_elements(b->votes.data(), b->votes.data() + nwords, voting, limit, b->input.abstaining);
+      if (remembered != nullptr) {
+        b->input.memory_key = remembered_union_key(layout_digest, b->begin, b->size);
+        b->input.outside_complete =
+            abstaining_outside_union(*remembered, b->input.memory_key, b->votes.data(), b->votes.data() + nwords,
+                                     voting, limit, b->input.outside_union);
+      }
     }
     if (votes == LionVotes::kTernary) b->input.wants_ternary = true;
-    // 2. vote: queued on the group's worker; the next bucket is packed meanwhile.
-    auto vote = [b, options, votes, voting = std::move(voting), nwords](Communicator* comm) {
+    // 2. vote: queued on the group's worker; the next bucket is packed meanwhile. Only the worker
+    // touches `remembered` from here on (the step returns after every bucket's vote).
+    auto vote = [b, options, votes, voting = std::move(voting), nwords, remembered](Communicator* comm) {
       SignOptions o = options;
       if (comm != nullptr) {
         b->input.call_digest = sign_call_digest(*comm, b->size, o, kSignInputOptimizerBucket);
-        b->agreed = agree_on_bucket(*comm, b->input);
+        b->agreed = agree_on_bucket(*comm, b->input, remembered);
         if (!b->agreed.layouts_agree) return;
         o.votes = b->agreed.votes;
         // Ranks that differ in a setting of the call (PRIDE_ALGO, ...) go through its own check, which

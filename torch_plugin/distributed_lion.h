@@ -46,10 +46,12 @@ struct LionHyper {
 // difference (every rank returns false together).
 // site: "DistributedLion" and this rank, named by every error (with no backend, G-Lion's local step
 // included, the caller's rank in its own group).
+// memory (may be null): what the exact votes' agreements remember between this optimizer's steps
+// (bucket_agreement.h, RememberedUnion); one per optimizer, device and dtype.
 bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
-                           uint64_t layout_digest, const CallSite& site);
+                           uint64_t layout_digest, const CallSite& site, AbstentionMemory* memory = nullptr);
 
 // The argument checks of both steps (CPU and CUDA): as many gradients and momenta as parameters, a
 // momentum wherever there is a gradient, and every defined tensor dense, contiguous, on params[0]'s

@@ -254,6 +254,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     b.first_lion = lion_slices.size();
     b.first_apply = apply_slices.size();
     b.input.layout_digest = layout_digest;
+    b.input.bucket_numel = b.size;
     for (size_t i = 0; i < params.size(); ++i) {
       const size_t lo = std::max(begin, starts[i]), hi = std::min(begin + b.size, starts[i] + size_t(params[i].numel()));
       if (lo >= hi) continue;

@@ -34,9 +34,11 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
     votes="exact" (the default) follows Algorithm 1 with sign(0) = 0: an element whose local update
     c = β1·m + (1−β1)·g is exactly 0 abstains, so an element that is 0 on every rank gets Δ = 0 and only
     weight decay moves it (with weight_decay=0 it stays bitwise unchanged), and unanimous ranks give
-    plain Lion's update. It costs what binary votes cost unless some rank has an exact zero in a
-    bucket: each bucket travels as 1-bit binary votes when no rank has one, as ternary votes otherwise
-    (the ranks agree through a one-byte allreduce per bucket).
+    plain Lion's update. It costs about what binary votes cost: each bucket travels as 1-bit binary
+    votes, and the elements that abstain on some rank are re-voted as ternary votes, found by listing
+    them (once, then remembered while they persist, as dead units' do); only when they are too many to
+    list, or change too often, does a bucket travel as ternary votes (2 bits in the reduce phase). The
+    ranks agree on this in a small allreduce per bucket (docs/design.md, "The vote kind").
     votes="binary" always sends 1 bit per element (an exactly-zero update votes −1: SPEC §2's rule for
     sign_allreduce, which makes such elements drift by lr per step); votes="ternary" always sends both
     planes.
@@ -138,6 +140,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.votes = votes
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
+        self._abstention_memories = {}  # (device, dtype) -> _C.AbstentionMemory (CPU tensors)
         self._ddp_checked = False
         self._layout_digested = (None, 0)  # (layout, its digest) of the last step
         Joinable.__init__(self)
@@ -467,7 +470,9 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
 
     def _workspace(self, device, dtype):
         if device.type != "cuda":
-            return None
+            # What the exact votes' agreements remember between steps (each bucket's union of abstaining
+            # elements: bucket_agreement.h).
+            return self._abstention_memories.setdefault((device, dtype), _C.AbstentionMemory())
         if not _C.cuda_supported():
             raise ValueError(f"DistributedLion: parameters on {device}, but this build of pride has no CUDA support")
         key = (device, dtype)

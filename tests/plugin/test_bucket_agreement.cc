@@ -1,0 +1,211 @@
+// DistributedLion's bucket agreement (torch_plugin/bucket_agreement.h) on 4 ranks: which vote kind and
+// which re-vote list U the ranks agree on, step after step, as each bucket's remembered union is kept,
+// extended, refreshed, shrunk or refused. The invariant that makes the result exact is checked against
+// the ranks' own lists at every step: binary votes only with a U that holds every rank's abstentions,
+// the same U on every rank.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "collectives/engine/sign/sparse_abstentions.h"
+#include "tests/engine/rank_threads.h"
+#include "torch_plugin/bucket_agreement.h"
+
+namespace pride::torch_plugin {
+namespace {
+
+constexpr int kRanks = 4;
+constexpr size_t kNumel = 4096;  // max_revote_list: 4096 / (4 · 40) = 25; with a memory, lists up to 200
+
+// One rank's ternary planes: every element votes +1 or −1, except `abstaining` (both bits 0).
+struct Planes {
+  std::vector<uint64_t> pos, neg;
+};
+
+Planes planes_abstaining(const std::vector<uint32_t>& abstaining) {
+  Planes p{std::vector<uint64_t>(kNumel / 64, 0x5555555555555555ull), {}};
+  for (uint64_t& w : p.pos) p.neg.push_back(~w);
+  for (uint32_t e : abstaining) {
+    p.pos[e / 64] &= ~(uint64_t(1) << (e % 64));
+    p.neg[e / 64] &= ~(uint64_t(1) << (e % 64));
+  }
+  return p;
+}
+
+// What distributed_lion.cc gives agree_on_bucket for this rank's planes.
+BucketInput input_for(const Planes& planes, const RememberedUnion* memory) {
+  BucketInput in;
+  in.layout_digest = 0x1234;
+  in.bucket_numel = kNumel;
+  in.call_digest = 0x5678;
+  in.has_grad = {1};
+  in.can_revote = true;
+  const WordRanges all{{0, kNumel}};
+  const size_t limit = max_revote_list(kNumel, kRanks) * (memory != nullptr ? kRememberedListFactor : 1);
+  in.abstaining_complete = abstaining_elements(planes.pos.data(), planes.neg.data(), all, limit, in.abstaining);
+  in.memory_key = remembered_union_key(in.layout_digest, 0, kNumel);
+  if (memory != nullptr) {
+    in.outside_complete = abstaining_outside_union(*memory, in.memory_key, planes.pos.data(), planes.neg.data(), all,
+                                                   limit, in.outside_union);
+  }
+  return in;
+}
+
+// `count` elements from `first` on, `stride` apart.
+std::vector<uint32_t> spaced(uint32_t first, uint32_t count, uint32_t stride = 7) {
+  std::vector<uint32_t> out;
+  for (uint32_t k = 0; k < count; ++k) out.push_back(first + k * stride);
+  return out;
+}
+
+std::vector<uint32_t> sorted_union(const std::vector<std::vector<uint32_t>>& lists) {
+  std::set<uint32_t> all;
+  for (const auto& l : lists) all.insert(l.begin(), l.end());
+  return {all.begin(), all.end()};
+}
+
+// What each rank saw at one step.
+struct Seen {
+  VoteKind votes = VoteKind::kTernary;
+  std::vector<uint32_t> revote;
+  uint64_t remembered_digest = 0;
+  size_t remembered = 0;
+};
+
+// Runs `steps` agreements on kRanks ranks; lists(step, rank) are that rank's abstaining elements, and
+// forget(step, rank) drops that rank's memory before the step (a new optimizer). with_memory false: none.
+std::vector<std::vector<Seen>> agree_for_steps(int steps, const std::function<std::vector<uint32_t>(int, int)>& lists,
+                                               const std::function<bool(int, int)>& forget = nullptr,
+                                               bool with_memory = true) {
+  auto seen = std::vector<std::vector<Seen>>(size_t(steps), std::vector<Seen>(size_t(kRanks)));
+  testing::run_ranks(kRanks, [&](Communicator& comm) {
+    RememberedUnion memory;
+    for (int step = 0; step < steps; ++step) {
+      if (forget && forget(step, comm.rank())) memory = RememberedUnion{};
+      RememberedUnion* m = with_memory ? &memory : nullptr;
+      const BucketAgreement a = agree_on_bucket(comm, input_for(planes_abstaining(lists(step, comm.rank())), m), m);
+      ASSERT_TRUE(a.layouts_agree);
+      seen[size_t(step)][size_t(comm.rank())] = {a.votes, a.revote, memory.digest, memory.elements.size()};
+    }
+  });
+  return seen;
+}
+
+// Every rank agreed on the same thing, and binary votes re-vote a U that holds every rank's abstentions.
+void expect_exact_and_agreed(const std::vector<std::vector<Seen>>& seen,
+                             const std::function<std::vector<uint32_t>(int, int)>& lists) {
+  for (size_t step = 0; step < seen.size(); ++step) {
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(seen[step][r].votes, seen[step][0].votes) << "step " << step << " rank " << r;
+      EXPECT_EQ(seen[step][r].revote, seen[step][0].revote) << "step " << step << " rank " << r;
+      EXPECT_EQ(seen[step][r].remembered_digest, seen[step][0].remembered_digest) << "step " << step << " rank " << r;
+      if (seen[step][0].votes != VoteKind::kBinary) continue;
+      const std::vector<uint32_t> mine = lists(int(step), r);
+      EXPECT_TRUE(std::includes(seen[step][0].revote.begin(), seen[step][0].revote.end(), mine.begin(), mine.end()))
+          << "step " << step << ": rank " << r << " abstains outside the re-voted elements";
+    }
+  }
+}
+
+TEST(BucketAgreement, RemembersTheUnionExtendsItAndBacksOffFromLongListsThatDoNotLast) {
+  // Rank r's abstentions: 40 at step 0 (more than the 25 a step may list), then the first 35 of them
+  // (a subset: U is re-used), plus 3 new ones on rank 2 (U is extended by them alone), then 100 new on
+  // rank 1 (too many to extend: a long refresh), then on rank 3 30 new ones a step, different each step
+  // until step 8: no refresh lasts, so the next long refresh waits 2 agreements, then 4.
+  auto base = [](int r, uint32_t count) { return spaced(uint32_t(r) * 1000, count); };
+  auto lists = [&](int step, int r) -> std::vector<uint32_t> {
+    std::vector<uint32_t> l = base(r, step == 0 ? 40 : 35);
+    if (step >= 2 && r == 2) l = sorted_union({l, spaced(3, 3, 1)});
+    if (step >= 3 && r == 1) l = sorted_union({l, spaced(4001 - 99 * 5, 100, 5)});
+    if (step >= 4 && r == 3) l = sorted_union({l, spaced(300 + uint32_t(std::min(step, 8) - 4) * 100, 30, 3)});
+    return l;
+  };
+  const auto seen = agree_for_steps(14, lists);
+  expect_exact_and_agreed(seen, lists);
+  auto lists_at = [&](int step) {
+    std::vector<std::vector<uint32_t>> l;
+    for (int r = 0; r < kRanks; ++r) l.push_back(lists(step, r));
+    return l;
+  };
+  // 0: a long refresh, U = the union of the lists.
+  EXPECT_EQ(seen[0][0].votes, VoteKind::kBinary);
+  EXPECT_EQ(seen[0][0].revote, sorted_union(lists_at(0)));
+  // 1: every list inside U: U again, though fewer elements abstain now.
+  EXPECT_EQ(seen[1][0].revote, seen[0][0].revote);
+  // 2: three outside it: U plus those three.
+  EXPECT_EQ(seen[2][0].revote, sorted_union({seen[1][0].revote, spaced(3, 3, 1)}));
+  // 3: a hundred outside: made again from the lists.
+  EXPECT_EQ(seen[3][0].votes, VoteKind::kBinary);
+  EXPECT_EQ(seen[3][0].revote, sorted_union(lists_at(3)));
+  // 4: thirty outside right after a long refresh: ternary, and the next long refresh waits 2 agreements.
+  EXPECT_EQ(seen[4][0].votes, VoteKind::kTernary);
+  EXPECT_EQ(seen[5][0].votes, VoteKind::kTernary);
+  EXPECT_EQ(seen[6][0].votes, VoteKind::kTernary);
+  // 7: refreshed; 8: a new list outside again right after: ternary, and the next waits 4 agreements.
+  EXPECT_EQ(seen[7][0].votes, VoteKind::kBinary);
+  EXPECT_EQ(seen[7][0].revote, sorted_union(lists_at(7)));
+  for (int step : {8, 9, 10, 11, 12}) EXPECT_EQ(seen[size_t(step)][0].votes, VoteKind::kTernary) << step;
+  EXPECT_EQ(seen[13][0].votes, VoteKind::kBinary);
+  EXPECT_EQ(seen[13][0].revote, sorted_union(lists_at(13)));
+}
+
+TEST(BucketAgreement, AUnionThatWasReusedLeavesTheNextLongRefreshFree) {
+  // A long refresh re-used at the next step does not hold back the one after; the one after that, not
+  // re-used, does.
+  auto lists = [](int step, int r) {
+    return sorted_union({spaced(uint32_t(r) * 1000, 40), step >= 2 ? spaced(3000 + uint32_t(step) * 50, 30) :
+                                                                      std::vector<uint32_t>{}});
+  };
+  const auto seen = agree_for_steps(5, lists);
+  expect_exact_and_agreed(seen, lists);
+  EXPECT_EQ(seen[1][0].revote, seen[0][0].revote);    // re-used
+  EXPECT_EQ(seen[2][0].votes, VoteKind::kBinary);      // refreshed (not right after a refresh)
+  EXPECT_EQ(seen[3][0].votes, VoteKind::kTernary);     // right after it, not re-used: waits 2
+  EXPECT_EQ(seen[4][0].votes, VoteKind::kTernary);
+}
+
+TEST(BucketAgreement, ARankThatForgotMakesEveryRankRefresh) {
+  // Rank 0 loses its memory at step 2 (a new optimizer): the digests differ, so the ranks agree on a new
+  // U from the lists instead of re-using one that rank 0 does not have; then all remember it again.
+  auto lists = [](int step, int r) { return spaced(uint32_t(r) * 1000 + (step >= 2 ? 1 : 0), step >= 2 ? 20 : 30); };
+  const auto seen = agree_for_steps(4, lists, [](int step, int r) { return step == 2 && r == 0; });
+  expect_exact_and_agreed(seen, lists);
+  auto union_at = [&](int step) {
+    std::vector<std::vector<uint32_t>> l;
+    for (int r = 0; r < kRanks; ++r) l.push_back(lists(step, r));
+    return sorted_union(l);
+  };
+  EXPECT_EQ(seen[1][0].revote, union_at(0));
+  EXPECT_EQ(seen[2][0].revote, union_at(2));  // not U ∪ the new elements: made from today's lists
+  EXPECT_EQ(seen[3][0].revote, union_at(2));
+  EXPECT_NE(seen[3][0].remembered_digest, 0u);
+}
+
+TEST(BucketAgreement, AUnionMuchLargerThanTodaysListsIsMadeAgain) {
+  // 140 abstentions a rank at step 0, 20 from step 1 on: a quarter fewer than U was made of, so U is made
+  // again from today's lists, once.
+  auto lists = [](int step, int r) { return spaced(uint32_t(r) * 1000, step == 0 ? 140 : 20); };
+  const auto seen = agree_for_steps(3, lists);
+  expect_exact_and_agreed(seen, lists);
+  EXPECT_EQ(seen[0][0].revote.size(), 4u * 140);
+  EXPECT_EQ(seen[1][0].revote.size(), 4u * 20);
+  EXPECT_EQ(seen[2][0].revote, seen[1][0].revote);
+}
+
+TEST(BucketAgreement, WithoutAMemoryLongListsAreTernaryAsBefore) {
+  auto lists = [](int step, int r) { return spaced(uint32_t(r) * 1000, step == 0 ? 40 : 20); };
+  const auto seen = agree_for_steps(2, lists, nullptr, /*with_memory=*/false);
+  expect_exact_and_agreed(seen, lists);
+  EXPECT_EQ(seen[0][0].votes, VoteKind::kTernary);  // 40 > 25
+  EXPECT_EQ(seen[1][0].votes, VoteKind::kBinary);   // 20: listed and re-voted
+  EXPECT_EQ(seen[1][0].revote.size(), 4u * 20);
+}
+
+}  // namespace
+}  // namespace pride::torch_plugin
