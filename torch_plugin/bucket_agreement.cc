@@ -67,8 +67,8 @@ bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const
   return true;
 }
 
-uint64_t remembered_union_key(uint64_t layout_digest, size_t begin, size_t size) {
-  return standard::hash_sizes({size_t(layout_digest), begin, size});
+uint64_t remembered_union_key(size_t begin, size_t size) {
+  return standard::hash_sizes({begin, size});
 }
 
 void binary_as_ternary(uint64_t* pos, uint64_t* neg, size_t nwords, const WordRanges& ranges) {

@@ -101,7 +101,10 @@ struct BucketAgreement {
 // last all-gather of lists. Only agreed outcomes change it, so it is the same on every rank that took the
 // same steps; a rank whose memory differs (a new optimizer, a resumed job) is found by the digest.
 struct RememberedUnion {
-  uint64_t key = 0;                // the layout digest and the bucket's place; U of another layout is not used
+  // The bucket's place (remembered_union_key). Not the layout digest: that holds the learning rate, which a
+  // schedule changes every step. Any U is safe to re-use (coverage and the digest are what exactness
+  // needs); the key only keeps a U of another bucket from being tried.
+  uint64_t key = 0;
   std::vector<uint32_t> elements;  // U, ascending; empty: nothing remembered
   uint64_t digest = 0;             // of key and U, compared across ranks
   uint32_t longest = 0;            // the longest list U was made of: a list much shorter now makes a smaller U
@@ -129,8 +132,8 @@ constexpr size_t kRememberedListFactor = 8;
 bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const uint64_t* pos, const uint64_t* neg,
                               const WordRanges& ranges, size_t limit, std::vector<uint32_t>& out);
 
-// The key of a bucket's memory: its layout digest, first element and size.
-uint64_t remembered_union_key(uint64_t layout_digest, size_t begin, size_t size);
+// The key of a bucket's memory: its first element and size.
+uint64_t remembered_union_key(size_t begin, size_t size);
 
 // On the worker, the same on every rank. `memory` (may be null: nothing is remembered) is this bucket's;
 // in.outside_union must then hold this rank's abstentions outside it (abstaining_outside_union), and

@@ -169,7 +169,7 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       b->input.abstaining_complete =
           abstaining_elements(b->votes.data(), b->votes.data() + nwords, voting, limit, b->input.abstaining);
       if (remembered != nullptr) {
-        b->input.memory_key = remembered_union_key(layout_digest, b->begin, b->size);
+        b->input.memory_key = remembered_union_key(b->begin, b->size);
         b->input.outside_complete =
             abstaining_outside_union(*remembered, b->input.memory_key, b->votes.data(), b->votes.data() + nwords,
                                      voting, limit, b->input.outside_union);

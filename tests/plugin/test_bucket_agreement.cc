@@ -49,7 +49,7 @@ BucketInput input_for(const Planes& planes, const RememberedUnion* memory) {
   const WordRanges all{{0, kNumel}};
   const size_t limit = max_revote_list(kNumel, kRanks) * (memory != nullptr ? kRememberedListFactor : 1);
   in.abstaining_complete = abstaining_elements(planes.pos.data(), planes.neg.data(), all, limit, in.abstaining);
-  in.memory_key = remembered_union_key(in.layout_digest, 0, kNumel);
+  in.memory_key = remembered_union_key(0, kNumel);
   if (memory != nullptr) {
     in.outside_complete = abstaining_outside_union(*memory, in.memory_key, planes.pos.data(), planes.neg.data(), all,
                                                    limit, in.outside_union);

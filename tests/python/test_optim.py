@@ -353,12 +353,15 @@ def oracle_steps(dtype, world, steps, lr, betas, wd, mode, votes="binary", missi
     """Simulates every rank: its own momentum, its vote, the int32 count, the shared update. Present
     gradients vote sign(c) (exact votes: 0 for c == 0; binary votes: −1 for c == 0); a gradient for
     which missing(step, rank, index, world) holds abstains and leaves that rank's momentum alone, and a
-    parameter without a gradient on any rank takes no step (not even weight decay)."""
+    parameter without a gradient on any rank takes no step (not even weight decay). lr: a number, or a
+    function of the step (a schedule)."""
     model = model_fn(dtype)
     params = [p.detach().clone() for p in model.parameters()]
     momenta = [[torch.zeros_like(p) for p in params] for _ in range(world)]
     b1, b2 = betas
+    lr_at = lr if callable(lr) else (lambda step: lr)
     for step in range(steps):
+        lr = lr_at(step)
         counts = [torch.zeros(p.shape, dtype=torch.int32) for p in params]
         anyone = [False] * len(params)
         for r in range(world):
@@ -431,37 +434,56 @@ def _grads_with_dead_elements(model, rank, step):
     return grads
 
 
-def _few_abstentions(rank, world, store_path):
+def _exact_votes_beside_binary_and_ternary(rank, world, grads_fn, steps, restart_at=None):
+    """Trains _wide_model with DistributedLion under each vote kind, in each mode and dtype of interest;
+    checks that exact votes keep the replicas identical and equal to the int32 oracle, and yields
+    (mode, dtype, bytes sent per vote kind, the exact run's optimizer). The learning rate decays every
+    step, as under a scheduler (it is part of the layout digest). restart_at: at that step rank 0
+    resumes the exact run in a new optimizer loaded from the old one's state dict."""
+
+    def lr_at(step):
+        return 0.01 * (1 - step / (2 * steps))
+
     import pride
     from pride.optim import DistributedLion
 
-    init_group(rank, world, store_path)
-    steps = 6
     for mode, dtype in [("vote", torch.float32), ("mean", torch.float32), ("vote", torch.bfloat16)]:
-        sent = {}
+        sent, exact_opt = {}, None
         for votes in ["exact", "binary", "ternary"]:
             model = _wide_model(dtype)
             opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
             pride.reset_stats()
             for step in range(steps):
-                for p, g in zip(model.parameters(), _grads_with_dead_elements(model, rank, step)):
+                if votes == "exact" and step == restart_at and rank == 0:
+                    resumed = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
+                    resumed.load_state_dict(opt.state_dict())
+                    opt = resumed
+                for p, g in zip(model.parameters(), grads_fn(model, rank, step)):
                     p.grad = g
+                opt.param_groups[0]["lr"] = lr_at(step)
                 opt.step()
             sent[votes] = pride.stats()["bytes_sent"]
             if votes != "exact":
                 continue
+            exact_opt = opt
             mine = _params_sha256(model)
             everyone = [torch.empty_like(mine) for _ in range(world)]
             dist.all_gather(everyone, mine)
             assert all(torch.equal(everyone[0], e) for e in everyone), f"replicas diverged ({mode}, {dtype})"
-            want = oracle_steps(dtype, world, steps, 0.01, (0.9, 0.99), 0.05, mode, "exact",
-                                model_fn=_wide_model, grads_fn=_grads_with_dead_elements)
+            want = oracle_steps(dtype, world, steps, lr_at, (0.9, 0.99), 0.05, mode, "exact",
+                                model_fn=_wide_model, grads_fn=grads_fn)
             for i, (p, w) in enumerate(zip(model.parameters(), want)):
                 assert torch.equal(p.detach(), w), f"param {i} differs from the int32 oracle ({mode}, {dtype})"
+        yield mode, dtype, sent, exact_opt
+
+
+def _few_abstentions(rank, world, store_path):
+    init_group(rank, world, store_path)
+    for mode, dtype, sent, _ in _exact_votes_beside_binary_and_ternary(rank, world, _grads_with_dead_elements, 6):
         # The abstentions were re-voted, not sent as a ternary bucket: the lists and the re-vote cost
         # less than a quarter of what ternary votes add to binary ones, even on this small model.
-        assert sent["ternary"] > 1.3 * sent["binary"], sent
-        assert sent["exact"] - sent["binary"] < 0.25 * (sent["ternary"] - sent["binary"]), sent
+        assert sent["ternary"] > 1.3 * sent["binary"], (mode, dtype, sent)
+        assert sent["exact"] - sent["binary"] < 0.25 * (sent["ternary"] - sent["binary"]), (mode, dtype, sent)
     dist.destroy_process_group()
 
 
@@ -485,45 +507,18 @@ def _grads_with_many_dead_elements(model, rank, step):
 
 
 def _many_abstentions(rank, world, store_path):
-    import pride
-    from pride.optim import DistributedLion
-
     init_group(rank, world, store_path)
-    steps, restart_at = 14, 9
-    for mode, dtype in [("vote", torch.float32), ("mean", torch.float32), ("vote", torch.bfloat16)]:
-        sent = {}
-        for votes in ["exact", "binary", "ternary"]:
-            model = _wide_model(dtype)
-            opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
-            pride.reset_stats()
-            for step in range(steps):
-                if votes == "exact" and step == restart_at and rank == 0:
-                    # Rank 0 resumes in a new optimizer (its memory empty) while the others keep theirs:
-                    # the remembered unions' digests differ, and the ranks must agree on a new one.
-                    resumed = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
-                    resumed.load_state_dict(opt.state_dict())
-                    opt = resumed
-                for p, g in zip(model.parameters(), _grads_with_many_dead_elements(model, rank, step)):
-                    p.grad = g
-                opt.step()
-            sent[votes] = pride.stats()["bytes_sent"]
-            if votes != "exact":
-                continue
-            remembered = [m.remembered for m in opt._abstention_memories.values()]
-            assert remembered and remembered[0] and remembered[0][0] > 0, remembered
-            mine = _params_sha256(model)
-            everyone = [torch.empty_like(mine) for _ in range(world)]
-            dist.all_gather(everyone, mine)
-            assert all(torch.equal(everyone[0], e) for e in everyone), f"replicas diverged ({mode}, {dtype})"
-            want = oracle_steps(dtype, world, steps, 0.01, (0.9, 0.99), 0.05, mode, "exact",
-                                model_fn=_wide_model, grads_fn=_grads_with_many_dead_elements)
-            for i, (p, w) in enumerate(zip(model.parameters(), want)):
-                assert torch.equal(p.detach(), w), f"param {i} differs from the int32 oracle ({mode}, {dtype})"
+    # Rank 0 resumes at step 9 in a new optimizer (its memory empty) while the others keep theirs: the
+    # remembered unions' digests differ, and the ranks must agree on a new one.
+    runs = _exact_votes_beside_binary_and_ternary(rank, world, _grads_with_many_dead_elements, 14, restart_at=9)
+    for mode, dtype, sent, opt in runs:
+        remembered = [m.remembered for m in opt._abstention_memories.values()]
+        assert remembered and remembered[0] and remembered[0][0] > 0, remembered
         # Too many abstentions to list every step, so without the remembered union every step would be
         # ternary; with it, the lists travel at the first step, the shrink and the restart, and in bf16
         # the few exact cancellations of a step outside the union (11-15% of what ternary votes add, here).
-        assert sent["ternary"] > 1.3 * sent["binary"], sent
-        assert sent["exact"] - sent["binary"] < 0.3 * (sent["ternary"] - sent["binary"]), sent
+        assert sent["ternary"] > 1.3 * sent["binary"], (mode, dtype, sent)
+        assert sent["exact"] - sent["binary"] < 0.3 * (sent["ternary"] - sent["binary"]), (mode, dtype, sent)
     dist.destroy_process_group()
 
 
