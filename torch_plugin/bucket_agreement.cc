@@ -67,6 +67,17 @@ bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const
   return true;
 }
 
+bool voting_at(const std::vector<uint32_t>& elements, const uint64_t* pos, const uint64_t* neg, size_t limit,
+               std::vector<uint32_t>& out) {
+  out.clear();
+  for (uint32_t e : elements) {
+    if ((((pos[e / 64] | neg[e / 64]) >> (e % 64)) & 1) == 0) continue;
+    if (out.size() == limit) return false;
+    out.push_back(e);
+  }
+  return true;
+}
+
 uint64_t remembered_union_key(size_t begin, size_t size) {
   return standard::hash_sizes({begin, size});
 }
@@ -91,28 +102,47 @@ enum HeaderField : size_t {
   kCallLow, kCallHigh, kCallInvertedLow, kCallInvertedHigh,  // the same for the call digest
   kWantsTernary, kLacksGrad, kCannotRevote, kLongestList, kOffDevice,
   kLongestOutside, kUnionLow, kUnionHigh, kUnionInvertedLow, kUnionInvertedHigh,  // the remembered U (0: none)
-  kUnionLongest, kRefreshBlocked, kChecking, kHeaderFields
+  kUnionLongest, kRefreshBlocked, kChecking, kLongestVoting, kHeaderFields
 };
 
 // kLongestList of a rank whose list was cut at its limit.
 constexpr uint32_t kListTooLong = ~uint32_t(0);
 
-uint64_t union_digest(uint64_t key, const std::vector<uint32_t>& elements) {
-  std::vector<size_t> words{size_t(key)};
-  words.insert(words.end(), elements.begin(), elements.end());
+uint64_t union_digest(uint64_t key, const RememberedUnion& memory) {
+  std::vector<size_t> words{size_t(key), memory.elements.size()};
+  words.insert(words.end(), memory.elements.begin(), memory.elements.end());
+  words.insert(words.end(), memory.everywhere.begin(), memory.everywhere.end());
   return standard::hash_sizes(words);
 }
 
-// Every rank's list of abstaining elements, each padded to `longest` with ~0, all-gathered; their union.
-std::vector<uint32_t> union_of_lists(Communicator& comm, const std::vector<uint32_t>& mine, uint32_t longest) {
+// a \ b, both ascending.
+std::vector<uint32_t> minus(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  std::vector<uint32_t> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+// Every rank's list of abstaining elements (without repeats), each padded to `longest` with ~0,
+// all-gathered; their union, and (if `in_every_list`) the elements that every rank's list has.
+std::vector<uint32_t> union_of_lists(Communicator& comm, const std::vector<uint32_t>& mine, uint32_t longest,
+                                     std::vector<uint32_t>* in_every_list = nullptr) {
   std::vector<uint32_t> padded(longest, ~uint32_t(0));
   std::copy(mine.begin(), mine.end(), padded.begin());
   std::vector<uint32_t> all(size_t(comm.size()) * longest);
   allgather(comm, padded.data(), padded.size() * 4, all.data());
   std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  if (!all.empty() && all.back() == ~uint32_t(0)) all.pop_back();
-  return all;
+  std::vector<uint32_t> out;
+  if (in_every_list != nullptr) in_every_list->clear();
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    while (j < all.size() && all[j] == all[i]) ++j;
+    if (all[i] != ~uint32_t(0)) {
+      out.push_back(all[i]);
+      if (in_every_list != nullptr && j - i == size_t(comm.size())) in_every_list->push_back(all[i]);
+    }
+    i = j;
+  }
+  return out;
 }
 
 }  // namespace
@@ -144,6 +174,9 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, Remem
   header[kUnionLongest] = remembers ? memory->longest : 0;
   header[kRefreshBlocked] = memory != nullptr && memory->wait > 0 ? 1 : 0;
   header[kChecking] = memory != nullptr && memory->checking ? 1 : 0;
+  // how many elements of the remembered `everywhere` this rank votes at now
+  header[kLongestVoting] = !remembers ? 0 : in.voting_complete ? uint32_t(in.voting_where_all_abstained.size())
+                                                               : kListTooLong;
   allreduce(comm, header.data(), header.size(), ScalarType::kUInt32, ReduceOp::kMax);
 
   BucketAgreement out;
@@ -176,23 +209,38 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, Remem
                       (uint64_t(longest) * 4 <= uint64_t(header[kUnionLongest]) * 3 ||
                        remembered_size > 2 * size_t(comm.size()) * longest);
 
-  bool refreshed = false, extended = false;
+  bool refreshed = false, extended = false, everywhere_changed = false;
   out.votes = VoteKind::kBinary;
   if (forced_ternary) {
     out.votes = VoteKind::kTernary;
   } else if (longest == 0) {
     // no abstentions anywhere: binary votes are exact
   } else if (extendable && !shrink) {
-    out.revote = memory->elements;
+    std::vector<uint32_t> u = memory->elements;
     if (longest_outside > 0) {
       const std::vector<uint32_t> added = union_of_lists(comm, in.outside_union, longest_outside);
       std::vector<uint32_t> merged;
-      std::set_union(out.revote.begin(), out.revote.end(), added.begin(), added.end(), std::back_inserter(merged));
-      out.revote = std::move(merged);
+      std::set_union(u.begin(), u.end(), added.begin(), added.end(), std::back_inserter(merged));
+      u = std::move(merged);
       extended = true;
     }
+    // Where every rank still abstains (the added elements are outside U, so not there): U's elements
+    // where some rank votes again are listed and taken out, or, when there are many, all of it.
+    const uint32_t longest_voting = header[kLongestVoting];
+    if (longest_voting == 0) {
+      out.abstain_everywhere = memory->everywhere;
+    } else if (longest_voting <= short_list) {
+      out.abstain_everywhere =
+          minus(memory->everywhere, union_of_lists(comm, in.voting_where_all_abstained, longest_voting));
+      everywhere_changed = true;
+    } else {
+      everywhere_changed = !memory->everywhere.empty();
+    }
+    out.revote = minus(u, out.abstain_everywhere);
   } else if (can_refresh) {
-    out.revote = union_of_lists(comm, in.abstaining, longest);
+    std::vector<uint32_t> everywhere;
+    out.revote = minus(union_of_lists(comm, in.abstaining, longest, &everywhere), everywhere);
+    out.abstain_everywhere = std::move(everywhere);
     refreshed = true;
   } else {
     out.votes = VoteKind::kTernary;
@@ -206,10 +254,14 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, Remem
     } else if (memory->wait > 0) {
       --memory->wait;
     }
-    if (refreshed || extended) {
+    if (refreshed || extended || everywhere_changed) {
+      std::vector<uint32_t> u;  // U again: the re-voted elements and those known to abstain everywhere
+      std::set_union(out.revote.begin(), out.revote.end(), out.abstain_everywhere.begin(),
+                     out.abstain_everywhere.end(), std::back_inserter(u));
       memory->key = in.memory_key;
-      memory->elements = out.revote;
-      memory->digest = union_digest(in.memory_key, memory->elements);
+      memory->elements = std::move(u);
+      memory->everywhere = out.abstain_everywhere;
+      memory->digest = union_digest(in.memory_key, *memory);
     }
     if (refreshed) {
       memory->longest = longest;

@@ -82,6 +82,10 @@ struct BucketInput {
   // list's limit). outside_complete false also when nothing is remembered for this bucket.
   std::vector<uint32_t> outside_union;
   bool outside_complete = false;
+  // The elements of the remembered `everywhere` where this rank votes now (a unit come alive); complete:
+  // at most max_revote_list of them.
+  std::vector<uint32_t> voting_where_all_abstained;
+  bool voting_complete = true;
   uint64_t memory_key = 0;         // remembered_union_key of this bucket
   bool device_memory = false;      // this rank's planes travel from GPU memory (CUDA, UCX device path)
 };
@@ -93,8 +97,10 @@ struct BucketAgreement {
   bool all_device_memory = false;  // every rank's planes travel from GPU memory
   std::vector<uint8_t> any_grad;   // per tensor of the bucket: 1 if some rank has its gradient
   // Binary votes only: the union of every rank's abstaining elements, ascending, to re-vote as ternary
-  // votes (sign_allreduce_revoting). Empty: plain binary votes are exact.
+  // votes (sign_allreduce_revoting), less abstain_everywhere: those where every rank is known to abstain
+  // (their count is 0, nothing sent). Both empty: plain binary votes are exact.
   std::vector<uint32_t> revote;
+  std::vector<uint32_t> abstain_everywhere;
 };
 
 // What one bucket's agreements carry from step to step: the union U of abstaining elements found by its
@@ -106,6 +112,10 @@ struct RememberedUnion {
   // needs); the key only keeps a U of another bucket from being tried.
   uint64_t key = 0;
   std::vector<uint32_t> elements;  // U, ascending; empty: nothing remembered
+  // The part of U where every rank abstained when U was made (all N lists had it), and still does: it is
+  // not re-voted (its count is 0). Elements where some rank votes again (a unit come alive) are listed,
+  // all-gathered and taken out of it, as long as they are few.
+  std::vector<uint32_t> everywhere;
   uint64_t digest = 0;             // of key and U, compared across ranks
   uint32_t longest = 0;            // the longest list U was made of: a list much shorter now makes a smaller U
   // A refresh from lists longer than max_revote_list is paid back only if the next steps re-use U. Each
@@ -131,6 +141,11 @@ constexpr size_t kRememberedListFactor = 8;
 // there are more than `limit` or nothing is remembered for `key`.
 bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const uint64_t* pos, const uint64_t* neg,
                               const WordRanges& ranges, size_t limit, std::vector<uint32_t>& out);
+
+// The elements of `elements` where this rank votes (is not abstaining), into `out`. False, with `out`
+// incomplete, when there are more than `limit`.
+bool voting_at(const std::vector<uint32_t>& elements, const uint64_t* pos, const uint64_t* neg, size_t limit,
+               std::vector<uint32_t>& out);
 
 // The key of a bucket's memory: its first element and size.
 uint64_t remembered_union_key(size_t begin, size_t size);

@@ -173,6 +173,9 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
         b->input.outside_complete =
             abstaining_outside_union(*remembered, b->input.memory_key, b->votes.data(), b->votes.data() + nwords,
                                      voting, limit, b->input.outside_union);
+        b->input.voting_complete =
+            voting_at(remembered->everywhere, b->votes.data(), b->votes.data() + nwords,
+                      max_revote_list(b->size, backend->getSize()), b->input.voting_where_all_abstained);
       }
     }
     if (votes == LionVotes::kTernary) b->input.wants_ternary = true;
@@ -197,9 +200,10 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
       }
       if (comm == nullptr) {
         b->result = local_result(b->votes, b->size, o);
-      } else if (!b->agreed.revote.empty()) {  // binary votes, the few abstentions re-voted
+      } else if (!b->agreed.revote.empty() || !b->agreed.abstain_everywhere.empty()) {
+        // binary votes, the few abstentions re-voted (or known to be everyone's)
         b->result = sign_allreduce_revoting(*comm, b->votes.data(), b->votes.data() + nwords, b->size, o,
-                                            kSignInputOptimizerBucket, b->agreed.revote);
+                                            kSignInputOptimizerBucket, b->agreed.revote, b->agreed.abstain_everywhere);
       } else {
         b->result = sign_allreduce_planes(*comm, b->votes.data(), b->size, o, kSignInputOptimizerBucket);
       }

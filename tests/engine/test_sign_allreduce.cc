@@ -768,10 +768,11 @@ TEST(SignAllreduce, WireBytesMatchTheFormula) {
 }
 
 // Rank r's ternary vote on element i for the re-voting test: ±1 from a hash, 0 (abstains) on a few
-// elements that differ per rank, and on every rank at element 5 (all abstain: a tie / mean 0).
+// elements that differ per rank, and on every rank at element 5 and every 61st from 40 on (all abstain:
+// a tie / mean 0).
 int sparse_vote(int rank, size_t i, uint64_t salt) {
   const uint64_t h = (uint64_t(rank) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xD1B54A32D192ED03ull ^ salt) * 0xff51afd7ed558ccdull;
-  if (i == 5 || (h >> 40) % 97 == 0) return 0;
+  if (i == 5 || i % 61 == 40 || (h >> 40) % 97 == 0) return 0;
   return (h >> 20) & 1 ? 1 : -1;
 }
 
@@ -790,17 +791,18 @@ TEST(SignAllreduce, RevotingAbstentionsMatchesTernaryInt32Oracle) {
             const size_t W = bits::words_for(n);
             std::vector<uint64_t> pos(W, 0), neg(W, 0);
             std::vector<int32_t> sum(n, 0);
-            std::vector<uint32_t> revote;
+            std::vector<uint32_t> revote, some_vote, everyone_abstains;  // U; U split where all abstain
             for (size_t i = 0; i < n; ++i) {
-              bool someone_abstains = false;
+              int abstaining = 0;
               for (int r = 0; r < N; ++r) {
                 const int v = sparse_vote(r, i, salt);
                 sum[i] += v;
-                someone_abstains = someone_abstains || v == 0;
+                abstaining += v == 0 ? 1 : 0;
                 if (r == comm.rank() && v > 0) pos[i / 64] |= uint64_t(1) << (i % 64);
                 if (r == comm.rank() && v < 0) neg[i / 64] |= uint64_t(1) << (i % 64);
               }
-              if (someone_abstains) revote.push_back(uint32_t(i));
+              if (abstaining > 0) revote.push_back(uint32_t(i));
+              if (abstaining > 0) (abstaining == N ? everyone_abstains : some_vote).push_back(uint32_t(i));
             }
             const SignResult got = sign_allreduce_revoting(comm, pos.data(), neg.data(), n,
                                                            {mode, VoteKind::kBinary, algorithm}, 0, revote);
@@ -828,6 +830,18 @@ TEST(SignAllreduce, RevotingAbstentionsMatchesTernaryInt32Oracle) {
               for (size_t w = 0; w < W; ++w) {
                 const uint64_t mask = w + 1 == W ? tail : ~uint64_t(0);
                 ASSERT_EQ(got.plane(p)[w] & mask, ternary.plane(p)[w] & mask) << "plane " << p << " word " << w;
+              }
+            }
+            // The elements where every rank abstains, given as such instead of re-voted: the same planes.
+            ASSERT_FALSE(everyone_abstains.empty());
+            const SignResult known = sign_allreduce_revoting(comm, pos.data(), neg.data(), n,
+                                                             {mode, VoteKind::kBinary, algorithm}, 0, some_vote,
+                                                             everyone_abstains);
+            for (int p = 0; p < got.plan.result_planes; ++p) {
+              for (size_t w = 0; w < W; ++w) {
+                const uint64_t mask = w + 1 == W ? tail : ~uint64_t(0);
+                ASSERT_EQ(known.plane(p)[w] & mask, ternary.plane(p)[w] & mask)
+                    << "abstaining everywhere given: plane " << p << " word " << w;
               }
             }
           }

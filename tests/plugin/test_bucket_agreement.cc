@@ -53,6 +53,8 @@ BucketInput input_for(const Planes& planes, const RememberedUnion* memory) {
   if (memory != nullptr) {
     in.outside_complete = abstaining_outside_union(*memory, in.memory_key, planes.pos.data(), planes.neg.data(), all,
                                                    limit, in.outside_union);
+    in.voting_complete = voting_at(memory->everywhere, planes.pos.data(), planes.neg.data(),
+                                   max_revote_list(kNumel, kRanks), in.voting_where_all_abstained);
   }
   return in;
 }
@@ -73,7 +75,7 @@ std::vector<uint32_t> sorted_union(const std::vector<std::vector<uint32_t>>& lis
 // What each rank saw at one step.
 struct Seen {
   VoteKind votes = VoteKind::kTernary;
-  std::vector<uint32_t> revote;
+  std::vector<uint32_t> revote, everywhere;
   uint64_t remembered_digest = 0;
   size_t remembered = 0;
 };
@@ -91,24 +93,31 @@ std::vector<std::vector<Seen>> agree_for_steps(int steps, const std::function<st
       RememberedUnion* m = with_memory ? &memory : nullptr;
       const BucketAgreement a = agree_on_bucket(comm, input_for(planes_abstaining(lists(step, comm.rank())), m), m);
       ASSERT_TRUE(a.layouts_agree);
-      seen[size_t(step)][size_t(comm.rank())] = {a.votes, a.revote, memory.digest, memory.elements.size()};
+      seen[size_t(step)][size_t(comm.rank())] = {a.votes, a.revote, a.abstain_everywhere, memory.digest,
+                                                 memory.elements.size()};
     }
   });
   return seen;
 }
 
-// Every rank agreed on the same thing, and binary votes re-vote a U that holds every rank's abstentions.
+// Every rank agreed on the same thing, and binary votes re-vote a U that, with the elements given as
+// abstaining everywhere, holds every rank's abstentions; those elements abstain on every rank.
 void expect_exact_and_agreed(const std::vector<std::vector<Seen>>& seen,
                              const std::function<std::vector<uint32_t>(int, int)>& lists) {
   for (size_t step = 0; step < seen.size(); ++step) {
     for (int r = 0; r < kRanks; ++r) {
       EXPECT_EQ(seen[step][r].votes, seen[step][0].votes) << "step " << step << " rank " << r;
       EXPECT_EQ(seen[step][r].revote, seen[step][0].revote) << "step " << step << " rank " << r;
+      EXPECT_EQ(seen[step][r].everywhere, seen[step][0].everywhere) << "step " << step << " rank " << r;
       EXPECT_EQ(seen[step][r].remembered_digest, seen[step][0].remembered_digest) << "step " << step << " rank " << r;
       if (seen[step][0].votes != VoteKind::kBinary) continue;
       const std::vector<uint32_t> mine = lists(int(step), r);
-      EXPECT_TRUE(std::includes(seen[step][0].revote.begin(), seen[step][0].revote.end(), mine.begin(), mine.end()))
+      const std::vector<uint32_t> covered = sorted_union({seen[step][0].revote, seen[step][0].everywhere});
+      EXPECT_TRUE(std::includes(covered.begin(), covered.end(), mine.begin(), mine.end()))
           << "step " << step << ": rank " << r << " abstains outside the re-voted elements";
+      const auto& all = seen[step][0].everywhere;
+      EXPECT_TRUE(std::includes(mine.begin(), mine.end(), all.begin(), all.end()))
+          << "step " << step << ": rank " << r << " votes where every rank is taken to abstain";
     }
   }
 }
@@ -196,6 +205,39 @@ TEST(BucketAgreement, AUnionMuchLargerThanTodaysListsIsMadeAgain) {
   EXPECT_EQ(seen[0][0].revote.size(), 4u * 140);
   EXPECT_EQ(seen[1][0].revote.size(), 4u * 20);
   EXPECT_EQ(seen[2][0].revote, seen[1][0].revote);
+}
+
+TEST(BucketAgreement, WhereEveryRankAbstainsNothingIsReVotedUntilManyRanksVoteThere) {
+  // 30 elements abstain on every rank (units dead everywhere), 20 more on each rank alone. U is made of
+  // the lists at step 0; only the 80 elements of one rank alone are re-voted, at step 1 too. At step 2
+  // rank 1 votes at one of the 30: it is re-voted from then on, the other 29 still are not. At step 4
+  // rank 0 votes at all 29 (more than the 25 a step may list): all of U is re-voted.
+  const std::vector<uint32_t> dead = spaced(2000, 30, 11);
+  auto lists = [&](int step, int r) {
+    std::vector<uint32_t> everyone = dead;
+    if (step >= 2 && r == 1) everyone.erase(everyone.begin() + 7);
+    if (step >= 4 && r == 0) everyone.clear();
+    return sorted_union({everyone, spaced(uint32_t(r) * 500 + 1, 20)});
+  };
+  const auto seen = agree_for_steps(6, lists);
+  expect_exact_and_agreed(seen, lists);
+  std::vector<std::vector<uint32_t>> own;
+  for (int r = 0; r < kRanks; ++r) own.push_back(spaced(uint32_t(r) * 500 + 1, 20));
+  for (int step : {0, 1}) {
+    EXPECT_EQ(seen[size_t(step)][0].votes, VoteKind::kBinary) << step;
+    EXPECT_EQ(seen[size_t(step)][0].everywhere, dead) << step;
+    EXPECT_EQ(seen[size_t(step)][0].revote, sorted_union(own)) << step;
+  }
+  std::vector<uint32_t> still_dead = dead;
+  still_dead.erase(still_dead.begin() + 7);
+  for (int step : {2, 3}) {
+    EXPECT_EQ(seen[size_t(step)][0].everywhere, still_dead) << step;
+    EXPECT_EQ(seen[size_t(step)][0].revote, sorted_union({{dead[7]}, sorted_union(own)})) << step;
+  }
+  for (int step : {4, 5}) {
+    EXPECT_TRUE(seen[size_t(step)][0].everywhere.empty()) << step;
+    EXPECT_EQ(seen[size_t(step)][0].revote, sorted_union({dead, sorted_union(own)})) << step;
+  }
 }
 
 TEST(BucketAgreement, WithoutAMemoryLongListsAreTernaryAsBefore) {

@@ -45,11 +45,15 @@ size_t max_revote_list(size_t numel, int nranks) {
 }
 
 SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, const uint64_t* neg, size_t numel,
-                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote) {
-  for (size_t k = 0; k < revote.size(); ++k) {
-    PRIDE_CHECK_ARG(revote[k] < numel && (k == 0 || revote[k - 1] < revote[k]),
-                    "rank {}: sign_allreduce_revoting: re-vote list not sorted, repeated or past {} elements at {}",
-                    comm.rank(), numel, k);
+                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote,
+                                   const std::vector<uint32_t>& abstain_everywhere) {
+  for (const auto* list : {&revote, &abstain_everywhere}) {
+    const std::vector<uint32_t>& l = *list;
+    for (size_t k = 0; k < l.size(); ++k) {
+      PRIDE_CHECK_ARG(l[k] < numel && (k == 0 || l[k - 1] < l[k]),
+                      "rank {}: sign_allreduce_revoting: {} list not sorted, repeated or past {} elements at {}",
+                      comm.rank(), list == &revote ? "re-vote" : "abstain-everywhere", numel, k);
+    }
   }
   SignOptions binary_options = options;
   binary_options.votes = VoteKind::kBinary;
@@ -79,6 +83,17 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
   for (int p = 0; p < out.plan.result_planes && m > 0; ++p) {
     uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
     for (size_t k = 0; k < m; ++k) set_bit(plane, revote[k], bit(fix.plane(p), k));
+  }
+  if (!abstain_everywhere.empty()) {
+    // A count of 0 in the ternary result's encoding, as the plan's own finalize writes it (a tie for a
+    // vote, u = N for a mean): one word of zero counters, one bit per result plane.
+    const uint64_t zero_counters[2] = {0, 0};
+    std::vector<uint64_t> zero(size_t(out.plan.result_planes), 0);
+    out.plan.finalize(zero_counters, 1, 1, zero.data(), 1);
+    for (int p = 0; p < out.plan.result_planes; ++p) {
+      uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
+      for (uint32_t e : abstain_everywhere) set_bit(plane, e, zero[size_t(p)] & 1);
+    }
   }
   return out;
 }

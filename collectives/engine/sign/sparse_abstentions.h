@@ -23,8 +23,12 @@ namespace pride {
 // `pos`, `neg`: this rank's ternary planes, words_for(numel) words each (tail bits zero).
 // `revote`: U, sorted, without repeats, every index < numel, the same on every rank. `options.votes` is
 // ignored (the result is the ternary one). Every rank must call it with the same U.
+// `abstain_everywhere`: elements (sorted, none in U) where the caller knows that every rank abstains:
+// their count is 0 without sending anything (DistributedLion's dead units, bucket_agreement.h). Every
+// rank must pass the same list; a rank that votes at one of them is not counted there.
 SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, const uint64_t* neg, size_t numel,
-                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote);
+                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote,
+                                   const std::vector<uint32_t>& abstain_everywhere = {});
 
 // Cost rule: re-voting pays for itself while the longest list of abstaining elements on any rank is at
 // most this long. Each rank all-gathers that many 32-bit indices, then 2 bits per element of U (at most
