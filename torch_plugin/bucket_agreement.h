@@ -1,6 +1,6 @@
 // What the ranks agree on before one bucket of DistributedLion's votes travels (SPEC §2, "The optimizer
 // is exact by default"; docs/design.md, "Exact votes and missing gradients"). One MAX-allreduce of a
-// fixed 13 × uint32 header per bucket carries:
+// fixed 22 × uint32 header per bucket carries:
 //   - the layout digest (every parameter's shape, dtype and place, and the hyper-parameters), sent as d
 //     and ~d: under MAX both come back intact only if every rank sent the same d, so every rank learns
 //     at once that the ranks run different models (and the header's size never depends on the layout);
@@ -27,10 +27,13 @@
 //     and added to U. Lion's abstentions persist: an element with c == 0 is, all but always, one
 //     whose gradient has been exactly 0 on this rank since the momentum started (a dead unit, an input
 //     that is always 0), and the set only shrinks as such elements get their first gradient. So lists
-//     too long to all-gather every step (the digits CNN: ~650 of 58k elements a rank, 362 the limit at
-//     N = 4) are all-gathered once, up to 8 times that limit, and re-voted at 2 bits an element of U
+//     too long to all-gather every step (the digits CNN: ~1,800 of 58k elements a rank, 362 the limit
+//     at N = 4) are all-gathered once, up to 8 times that limit, and re-voted at 2 bits an element of U
 //     afterwards instead of the ternary plane. Any U that contains every rank's abstentions gives the
-//     exact result (sparse_abstentions.h); the digest makes every rank re-vote the same U.
+//     exact result (sparse_abstentions.h); the digest makes every rank re-vote the same U;
+//   - how many elements of U's part where every rank abstained (RememberedUnion::everywhere) this rank
+//     votes at now: that part is not re-voted while none does (its count is 0), and the few where some
+//     rank votes again are all-gathered and re-voted from then on.
 // Binary votes cannot abstain (a 0 bit votes −1), ternary votes can but cost twice the reduce-phase
 // traffic, so a bucket travels as binary votes (re-voting the few abstentions) unless some rank needs
 // ternary ones.
