@@ -434,12 +434,13 @@ def _grads_with_dead_elements(model, rank, step):
     return grads
 
 
-def _exact_votes_beside_binary_and_ternary(rank, world, grads_fn, steps, restart_at=None):
+def _exact_votes_beside_binary_and_ternary(rank, world, grads_fn, steps, restart_at=None, layer_groups=False):
     """Trains _wide_model with DistributedLion under each vote kind, in each mode and dtype of interest;
     checks that exact votes keep the replicas identical and equal to the int32 oracle, and yields
     (mode, dtype, bytes sent per vote kind, the exact run's optimizer). The learning rate decays every
     step, as under a scheduler (it is part of the layout digest). restart_at: at that step rank 0
-    resumes the exact run in a new optimizer loaded from the old one's state dict."""
+    resumes the exact run in a new optimizer loaded from the old one's state dict. layer_groups: one
+    param group per layer (each group's step has its own buckets)."""
 
     def lr_at(step):
         return 0.01 * (1 - step / (2 * steps))
@@ -451,16 +452,21 @@ def _exact_votes_beside_binary_and_ternary(rank, world, grads_fn, steps, restart
         sent, exact_opt = {}, None
         for votes in ["exact", "binary", "ternary"]:
             model = _wide_model(dtype)
-            opt = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
+
+            def params():
+                return [{"params": layer.parameters()} for layer in model] if layer_groups else model.parameters()
+
+            opt = DistributedLion(params(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
             pride.reset_stats()
             for step in range(steps):
                 if votes == "exact" and step == restart_at and rank == 0:
-                    resumed = DistributedLion(model.parameters(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
+                    resumed = DistributedLion(params(), lr=0.01, weight_decay=0.05, mode=mode, votes=votes)
                     resumed.load_state_dict(opt.state_dict())
                     opt = resumed
                 for p, g in zip(model.parameters(), grads_fn(model, rank, step)):
                     p.grad = g
-                opt.param_groups[0]["lr"] = lr_at(step)
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step)
                 opt.step()
             sent[votes] = pride.stats()["bytes_sent"]
             if votes != "exact":
@@ -506,14 +512,16 @@ def _grads_with_many_dead_elements(model, rank, step):
     return grads
 
 
-def _many_abstentions(rank, world, store_path):
+def _many_abstentions(rank, world, store_path, layer_groups):
     init_group(rank, world, store_path)
     # Rank 0 resumes at step 9 in a new optimizer (its memory empty) while the others keep theirs: the
     # remembered unions' digests differ, and the ranks must agree on a new one.
-    runs = _exact_votes_beside_binary_and_ternary(rank, world, _grads_with_many_dead_elements, 14, restart_at=9)
+    runs = _exact_votes_beside_binary_and_ternary(rank, world, _grads_with_many_dead_elements, 14, restart_at=9,
+                                                  layer_groups=layer_groups)
     for mode, dtype, sent, opt in runs:
         remembered = [m.remembered for m in opt._abstention_memories.values()]
-        assert remembered and remembered[0] and remembered[0][0] > 0, remembered
+        assert len(remembered) == (2 if layer_groups else 1), remembered
+        assert all(r and r[0] > 0 for r in remembered), remembered
         # Too many abstentions to list every step, so without the remembered union every step would be
         # ternary; with it, the lists travel at the first step, the shrink and the restart, and in bf16
         # the few exact cancellations of a step outside the union (11-15% of what ternary votes add, here).
@@ -522,9 +530,9 @@ def _many_abstentions(rank, world, store_path):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world", [3, 4])
-def test_persistent_abstentions_are_remembered_and_revoted_exactly(world):
-    run(_many_abstentions, world, deadline_s=200)
+@pytest.mark.parametrize("world,layer_groups", [(3, False), (4, False), (4, True)])
+def test_persistent_abstentions_are_remembered_and_revoted_exactly(world, layer_groups):
+    run(_many_abstentions, world, layer_groups, deadline_s=200)
 
 
 def _params_sha256(model):

@@ -140,7 +140,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.votes = votes
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
-        self._abstention_memories = {}  # (device, dtype) -> _C.AbstentionMemory (CPU tensors)
+        self._abstention_memories = {}  # (param group index, device, dtype) -> _C.AbstentionMemory (CPU)
         self._ddp_checked = False
         self._layout_digested = (None, 0)  # (layout, its digest) of the last step
         Joinable.__init__(self)
@@ -377,7 +377,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         digest = self._layout_digested[1]
         if (self.mode == "global" or self.aggregation != "bits") and self._distributed():
             self._check_layout_global(layout, digest)
-        for group in self.param_groups:
+        for group_index, group in enumerate(self.param_groups):
             # The layout comes from the parameter list, not from which gradients exist: a parameter
             # without a gradient on this rank keeps its place and abstains (its momentum untouched);
             # one without a gradient on every rank takes no step.
@@ -429,7 +429,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                 agreed = _C.distributed_lion_step(
                     target, stepped, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
-                    self._bucket_elements(device, dtype), digest, self._workspace(device, dtype), rank)
+                    self._bucket_elements(device, dtype), digest, self._workspace(device, dtype, group_index), rank)
                 if not agreed:
                     self._raise_layout_mismatch(layout)
                 for p, copy in copies:
@@ -468,11 +468,12 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             out.append(m)
         return out
 
-    def _workspace(self, device, dtype):
+    def _workspace(self, device, dtype, group_index):
         if device.type != "cuda":
             # What the exact votes' agreements remember between steps (each bucket's union of abstaining
-            # elements: bucket_agreement.h).
-            return self._abstention_memories.setdefault((device, dtype), _C.AbstentionMemory())
+            # elements: bucket_agreement.h), per param group: each group's step has buckets of its own.
+            key = (group_index, device, dtype)
+            return self._abstention_memories.setdefault(key, _C.AbstentionMemory())
         if not _C.cuda_supported():
             raise ValueError(f"DistributedLion: parameters on {device}, but this build of pride has no CUDA support")
         key = (device, dtype)
