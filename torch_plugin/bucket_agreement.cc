@@ -172,7 +172,8 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, Remem
   header[kUnionInvertedLow] = ~header[kUnionLow];
   header[kUnionInvertedHigh] = ~header[kUnionHigh];
   header[kUnionLongest] = remembers ? memory->longest : 0;
-  header[kRefreshBlocked] = memory != nullptr && memory->wait > 0 ? 1 : 0;
+  // A rank without a memory cannot take part in a long refresh (its list stops at the short limit).
+  header[kRefreshBlocked] = memory == nullptr || memory->wait > 0 ? 1 : 0;
   header[kChecking] = memory != nullptr && memory->checking ? 1 : 0;
   // how many elements of the remembered `everywhere` this rank votes at now
   header[kLongestVoting] = !remembers ? 0 : in.voting_complete ? uint32_t(in.voting_where_all_abstained.size())
@@ -200,7 +201,7 @@ BucketAgreement agree_on_bucket(Communicator& comm, const BucketInput& in, Remem
   const bool extendable = same_union && longest_outside <= short_list;
   // The last refresh from long lists was not re-used: no other long refresh for a while.
   const bool blocked = header[kRefreshBlocked] != 0 || (header[kChecking] != 0 && !extendable);
-  const bool can_refresh = longest != kListTooLong && (longest <= short_list || (memory != nullptr && !blocked));
+  const bool can_refresh = longest != kListTooLong && (longest <= short_list || !blocked);
   // A U much larger than today's lists need is made again when that is affordable: the re-vote costs
   // 2 bits an element of U every step, the lists 32 bits an element once. Larger: made of lists a quarter
   // longer than today's longest, or more than twice the union today's lists could at most have.

@@ -128,7 +128,8 @@ struct RememberedUnion {
   uint32_t backoff = 1, wait = 0;
 };
 
-// Every RememberedUnion of one DistributedLion, per device and dtype (_C.AbstentionMemory), by bucket.
+// Every RememberedUnion of one DistributedLion param group, per device and dtype (_C.AbstentionMemory), by
+// bucket.
 struct AbstentionMemory {
   std::vector<RememberedUnion> buckets;
   void reserve(size_t count) {  // before a step: it never resizes while buckets vote

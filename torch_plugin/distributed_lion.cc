@@ -135,6 +135,20 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
   if (memory != nullptr) memory->reserve((total + bucket_elements - 1) / bucket_elements);
 
   std::vector<std::shared_ptr<Bucket>> buckets;
+  // However the step ends (an error while packing a later bucket, or one rethrown by a bucket's wait),
+  // it returns only after every queued vote has: they write `memory`, which the next step reads.
+  struct WaitForQueuedVotes {
+    const std::vector<std::shared_ptr<Bucket>>& buckets;
+    ~WaitForQueuedVotes() {
+      for (const auto& b : buckets) {
+        if (!b->work) continue;
+        try {
+          b->work->wait();
+        } catch (...) {  // the first error is the one already on its way to the caller
+        }
+      }
+    }
+  } wait_for_queued_votes{buckets};
   for (size_t begin = 0; begin < total; begin += bucket_elements) {
     auto b = std::make_shared<Bucket>();
     b->begin = begin;
@@ -173,14 +187,17 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
         b->input.outside_complete =
             abstaining_outside_union(*remembered, b->input.memory_key, b->votes.data(), b->votes.data() + nwords,
                                      voting, limit, b->input.outside_union);
-        b->input.voting_complete =
-            voting_at(remembered->everywhere, b->votes.data(), b->votes.data() + nwords,
-                      max_revote_list(b->size, backend->getSize()), b->input.voting_where_all_abstained);
+        // (a memory of another bucket may hold elements past this one's end)
+        if (remembered->key == b->input.memory_key) {
+          b->input.voting_complete =
+              voting_at(remembered->everywhere, b->votes.data(), b->votes.data() + nwords,
+                        max_revote_list(b->size, backend->getSize()), b->input.voting_where_all_abstained);
+        }
       }
     }
     if (votes == LionVotes::kTernary) b->input.wants_ternary = true;
     // 2. vote: queued on the group's worker; the next bucket is packed meanwhile. Only the worker
-    // touches `remembered` from here on (the step returns after every bucket's vote).
+    // touches `remembered` from here on (the step returns after every bucket's vote, error or not).
     auto vote = [b, options, votes, voting = std::move(voting), nwords, remembered](Communicator* comm) {
       SignOptions o = options;
       if (comm != nullptr) {

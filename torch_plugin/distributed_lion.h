@@ -47,7 +47,7 @@ struct LionHyper {
 // site: "DistributedLion" and this rank, named by every error (with no backend, G-Lion's local step
 // included, the caller's rank in its own group).
 // memory (may be null): what the exact votes' agreements remember between this optimizer's steps
-// (bucket_agreement.h, RememberedUnion); one per optimizer, device and dtype.
+// (bucket_agreement.h, RememberedUnion); one per optimizer param group, device and dtype.
 bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>& params,
                            const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& momenta,
                            const LionHyper& hyper, SignOptions options, LionVotes votes, size_t bucket_elements,
