@@ -127,7 +127,7 @@ PYBIND11_MODULE(_C, m) {
 #endif
   py::class_<pride::torch_plugin::AbstentionMemory, std::shared_ptr<pride::torch_plugin::AbstentionMemory>>(
       m, "AbstentionMemory",
-      "What DistributedLion's exact votes remember between steps on CPU tensors (one per device and dtype): each "
+      "What DistributedLion's exact votes remember between steps on CPU tensors (one per param group, device and dtype): each "
       "bucket's union of abstaining elements, re-voted while it holds every rank's abstentions")
       .def(py::init<>())
       .def_property_readonly("remembered", [](const pride::torch_plugin::AbstentionMemory& m) {
