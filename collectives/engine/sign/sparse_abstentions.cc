@@ -1,6 +1,8 @@
 #include "collectives/engine/sign/sparse_abstentions.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "backend/common/error.h"
@@ -44,35 +46,84 @@ size_t max_revote_list(size_t numel, int nranks) {
   return numel / (size_t(nranks) * size_t(32 + 2 * nranks));
 }
 
-SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, const uint64_t* neg, size_t numel,
-                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote,
-                                   const std::vector<uint32_t>& abstain_everywhere) {
+void check_revote_lists(int rank, size_t numel, const std::vector<uint32_t>& revote,
+                        const std::vector<uint32_t>& abstain_everywhere) {
   for (const auto* list : {&revote, &abstain_everywhere}) {
     const std::vector<uint32_t>& l = *list;
     for (size_t k = 0; k < l.size(); ++k) {
       PRIDE_CHECK_ARG(l[k] < numel && (k == 0 || l[k - 1] < l[k]),
                       "rank {}: sign_allreduce_revoting: {} list not sorted, repeated or past {} elements at {}",
-                      comm.rank(), list == &revote ? "re-vote" : "abstain-everywhere", numel, k);
+                      rank, list == &revote ? "re-vote" : "abstain-everywhere", numel, k);
     }
   }
+}
+
+std::vector<uint64_t> votes_at(const uint64_t* pos, const uint64_t* neg, const std::vector<uint32_t>& revote) {
+  const size_t m = revote.size(), mw = bits::words_for(m);
+  std::vector<uint64_t> out(2 * mw, 0);
+  for (size_t k = 0; k < m; ++k) {
+    set_bit(out.data(), k, bit(pos, revote[k]));
+    set_bit(out.data() + mw, k, bit(neg, revote[k]));
+  }
+  return out;
+}
+
+SignResult count_revotes(Communicator& comm, const uint64_t* votes_at, size_t m, const SignOptions& options,
+                         uint32_t dtype_code) {
+  SignOptions ternary_options = options;
+  ternary_options.votes = VoteKind::kTernary;
+  ternary_options.algorithm = SignAlgorithm::kAllgather;
+  ternary_options.call_agreed = false;  // the caller's digest covers the binary call, not this one
+  return sign_allreduce_planes(comm, votes_at, m, ternary_options, dtype_code);
+}
+
+RevotePatch revote_patch(const SignPlan& ternary, const SignResult& counted, const std::vector<uint32_t>& revote,
+                         const std::vector<uint32_t>& abstain_everywhere) {
+  RevotePatch patch;
+  patch.planes = ternary.result_planes;
+  // A count of 0 in the ternary result's encoding, as the plan's own finalize writes it (a tie for a
+  // vote, u = N for a mean): one word of zero counters, one bit per result plane.
+  const uint64_t zero_counters[2] = {0, 0};
+  std::vector<uint64_t> zero(size_t(ternary.result_planes), 0);
+  if (!abstain_everywhere.empty()) ternary.finalize(zero_counters, 1, 1, zero.data(), 1);
+  patch.elements.reserve(revote.size() + abstain_everywhere.size());
+  std::merge(revote.begin(), revote.end(), abstain_everywhere.begin(), abstain_everywhere.end(),
+             std::back_inserter(patch.elements));
+  const size_t pw = patch.words();
+  patch.bits.assign(size_t(patch.planes) * pw, 0);
+  size_t u = 0;  // the next element of U: its count is bit u of the counted planes
+  for (size_t k = 0; k < patch.elements.size(); ++k) {
+    const bool in_revote = u < revote.size() && revote[u] == patch.elements[k];
+    for (int p = 0; p < patch.planes; ++p) {
+      const bool value = in_revote ? bit(counted.plane(p), u) : (zero[size_t(p)] & 1) != 0;
+      set_bit(patch.bits.data() + size_t(p) * pw, k, value);
+    }
+    if (in_revote) ++u;
+  }
+  return patch;
+}
+
+void apply_revote_patch(const RevotePatch& patch, uint64_t* planes, size_t plane_words) {
+  const size_t pw = patch.words();
+  for (int p = 0; p < patch.planes; ++p) {
+    uint64_t* plane = planes + size_t(p) * plane_words;
+    const uint64_t* values = patch.bits.data() + size_t(p) * pw;
+    for (size_t k = 0; k < patch.elements.size(); ++k) set_bit(plane, patch.elements[k], bit(values, k));
+  }
+}
+
+SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, const uint64_t* neg, size_t numel,
+                                   const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote,
+                                   const std::vector<uint32_t>& abstain_everywhere) {
+  check_revote_lists(comm.rank(), numel, revote, abstain_everywhere);
   SignOptions binary_options = options;
   binary_options.votes = VoteKind::kBinary;
   SignResult binary = sign_allreduce_planes(comm, pos, numel, binary_options, dtype_code);
 
-  // This rank's ternary votes at U, packed, and their exact count over all ranks. All-gather: U is small,
-  // so one round of latency, not the direct algorithm's two.
-  const size_t m = revote.size(), mw = bits::words_for(m);
-  std::vector<uint64_t> votes_at(2 * mw, 0);
-  for (size_t k = 0; k < m; ++k) {
-    set_bit(votes_at.data(), k, bit(pos, revote[k]));
-    set_bit(votes_at.data() + mw, k, bit(neg, revote[k]));
-  }
-  SignOptions ternary_options = options;
-  ternary_options.votes = VoteKind::kTernary;
-  ternary_options.algorithm = SignAlgorithm::kAllgather;
-  ternary_options.call_agreed = false;  // the caller's digest covers the binary call above, not this one
-  SignResult fix;
-  if (m > 0) fix = sign_allreduce_planes(comm, votes_at.data(), m, ternary_options, dtype_code);
+  // This rank's ternary votes at U, and their exact count over all ranks.
+  const size_t m = revote.size();
+  SignResult counted;
+  if (m > 0) counted = count_revotes(comm, votes_at(pos, neg, revote).data(), m, options, dtype_code);
 
   SignResult out;
   out.plan = SignPlan::make(comm.size(), options.mode, VoteKind::kTernary);
@@ -80,21 +131,7 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
   out.numel = numel;
   out.nwords = binary.nwords;
   binary_as_ternary_result(std::move(binary), out);
-  for (int p = 0; p < out.plan.result_planes && m > 0; ++p) {
-    uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
-    for (size_t k = 0; k < m; ++k) set_bit(plane, revote[k], bit(fix.plane(p), k));
-  }
-  if (!abstain_everywhere.empty()) {
-    // A count of 0 in the ternary result's encoding, as the plan's own finalize writes it (a tie for a
-    // vote, u = N for a mean): one word of zero counters, one bit per result plane.
-    const uint64_t zero_counters[2] = {0, 0};
-    std::vector<uint64_t> zero(size_t(out.plan.result_planes), 0);
-    out.plan.finalize(zero_counters, 1, 1, zero.data(), 1);
-    for (int p = 0; p < out.plan.result_planes; ++p) {
-      uint64_t* plane = out.planes.data() + size_t(p) * out.nwords;
-      for (uint32_t e : abstain_everywhere) set_bit(plane, e, zero[size_t(p)] & 1);
-    }
-  }
+  apply_revote_patch(revote_patch(out.plan, counted, revote, abstain_everywhere), out.planes.data(), out.nwords);
   return out;
 }
 

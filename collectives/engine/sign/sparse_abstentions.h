@@ -30,6 +30,35 @@ SignResult sign_allreduce_revoting(Communicator& comm, const uint64_t* pos, cons
                                    const SignOptions& options, uint32_t dtype_code, const std::vector<uint32_t>& revote,
                                    const std::vector<uint32_t>& abstain_everywhere = {});
 
+// The re-vote in its pieces, which the CUDA step shares (torch_plugin/device_revote.h: the binary call and
+// the result planes stay on the device, the few bits at U and E travel through the host):
+//   1. check_revote_lists: U and E as sign_allreduce_revoting requires them;
+//   2. votes_at: this rank's ternary votes at U, packed (the +1 bits, then the −1 bits, words_for(|U|)
+//      words each);
+//   3. count_revotes: their exact count over the ranks, a ternary sign-allreduce of |U| elements with
+//      the all-gather algorithm (U is small: one round of latency, not the direct algorithm's two);
+//   4. revote_patch: what the ternary result holds at U (the count) and at E (a count of 0), as bits to
+//      write into the binary result re-encoded as the ternary one; apply_revote_patch writes them.
+void check_revote_lists(int rank, size_t numel, const std::vector<uint32_t>& revote,
+                        const std::vector<uint32_t>& abstain_everywhere);
+std::vector<uint64_t> votes_at(const uint64_t* pos, const uint64_t* neg, const std::vector<uint32_t>& revote);
+SignResult count_revotes(Communicator& comm, const uint64_t* votes_at, size_t m, const SignOptions& options,
+                         uint32_t dtype_code);
+
+struct RevotePatch {
+  std::vector<uint32_t> elements;  // U ∪ E, ascending
+  // Plane-major: result_planes planes of words() words; bit k of plane p is that result plane's bit at
+  // elements[k].
+  std::vector<uint64_t> bits;
+  int planes = 0;
+  size_t words() const { return (elements.size() + 63) / 64; }
+};
+// `ternary`: the plan of the result (SignPlan::make(N, mode, kTernary)); `counted`: count_revotes' result
+// (ignored when U is empty).
+RevotePatch revote_patch(const SignPlan& ternary, const SignResult& counted, const std::vector<uint32_t>& revote,
+                         const std::vector<uint32_t>& abstain_everywhere);
+void apply_revote_patch(const RevotePatch& patch, uint64_t* planes, size_t plane_words);
+
 // Cost rule: re-voting pays for itself while the longest list of abstaining elements on any rank is at
 // most this long. Each rank all-gathers that many 32-bit indices, then 2 bits per element of U (at most
 // N times the list) in the re-vote: (N − 1) · (32 + 2N) bits per listed element, against the second
