@@ -127,7 +127,7 @@ PYBIND11_MODULE(_C, m) {
 #endif
   py::class_<pride::torch_plugin::AbstentionMemory, std::shared_ptr<pride::torch_plugin::AbstentionMemory>>(
       m, "AbstentionMemory",
-      "What DistributedLion's exact votes remember between steps on CPU tensors (one per param group, device and dtype): each "
+      "What DistributedLion's exact votes remember between steps (one per param group, device and dtype): each "
       "bucket's union of abstaining elements, re-voted while it holds every rank's abstentions")
       .def(py::init<>())
       .def_property_readonly("remembered", [](const pride::torch_plugin::AbstentionMemory& m) {
@@ -145,7 +145,7 @@ PYBIND11_MODULE(_C, m) {
          const std::vector<std::optional<at::Tensor>>& maybe_grads,
          const std::vector<std::optional<at::Tensor>>& maybe_momenta, double lr, double beta1, double beta2,
          double weight_decay, const std::string& mode, const std::string& votes, int64_t bucket_elements,
-         uint64_t layout_digest, py::object workspace, int rank) {
+         uint64_t layout_digest, py::object workspace, int rank, py::object memory_object) {
         PrideBackend* pride = backend.is_none() ? nullptr : &as_pride(backend.cast<c10d::Backend&>());
         // Without a backend (no group, or G-Lion's local step on averaged gradients): the caller's rank.
         const pride::torch_plugin::CallSite site{"DistributedLion", pride != nullptr ? pride->getRank() : rank};
@@ -160,6 +160,9 @@ PYBIND11_MODULE(_C, m) {
           return out;
         };
         const std::vector<at::Tensor> grads = defined_or_empty(maybe_grads), momenta = defined_or_empty(maybe_momenta);
+        auto memory = memory_object.is_none()
+                          ? nullptr
+                          : memory_object.cast<std::shared_ptr<pride::torch_plugin::AbstentionMemory>>();
         if (!params.empty() && params[0].is_cuda()) {
 #ifdef PRIDE_WITH_CUDA_TENSORS
           auto ws = workspace.is_none() ? std::make_shared<pride::torch_plugin::CudaLionWorkspace>()
@@ -167,14 +170,15 @@ PYBIND11_MODULE(_C, m) {
           py::gil_scoped_release release;
           return pride::torch_plugin::distributed_lion_step_cuda(pride, *ws, params, grads, momenta, hyper, options,
                                                                  lion_votes, size_t(bucket_elements), layout_digest,
-                                                                 site);
+                                                                 site, memory.get());
 #else
           TORCH_CHECK_VALUE(false, "pride ", site, ": parameters on ", params[0].device(),
                             ", but this build of pride has no CUDA support");
 #endif
         }
-        auto memory = workspace.is_none() ? nullptr
-                                          : workspace.cast<std::shared_ptr<pride::torch_plugin::AbstentionMemory>>();
+        if (memory == nullptr && !workspace.is_none()) {  // a CPU step's workspace is its memory
+          memory = workspace.cast<std::shared_ptr<pride::torch_plugin::AbstentionMemory>>();
+        }
         py::gil_scoped_release release;  // packing, communication and apply all run without the GIL
         return pride::torch_plugin::distributed_lion_step(pride, params, grads, momenta, hyper, options, lion_votes,
                                                           size_t(bucket_elements), layout_digest, site, memory.get());
@@ -182,9 +186,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("backend"), py::arg("params"), py::arg("grads"), py::arg("momenta"), py::arg("lr"), py::arg("beta1"),
       py::arg("beta2"), py::arg("weight_decay"), py::arg("mode"), py::arg("votes"), py::arg("bucket_elements"),
       py::arg("layout_digest") = 0, py::arg("workspace") = py::none(), py::arg("rank") = 0,
+      py::arg("memory") = py::none(),
       "One fused Distributed Lion step over tensors of one dtype and device (backend None: a world of one). "
       "grads/momenta entries may be None (no gradient on this rank: it abstains). workspace: a CudaLionWorkspace "
-      "for CUDA tensors, an AbstentionMemory (or None) for CPU ones. Returns False, having "
+      "for CUDA tensors, an AbstentionMemory (or None) for CPU ones. memory: the exact votes' AbstentionMemory "
+      "of this param group, device and dtype (None: nothing remembered; on CPU, the workspace's). Returns False, having "
       "applied nothing, when the ranks' layout digests differ. rank: the one errors name without a backend.");
 
   // 1-bit Adam's and 0/1 Adam's fused CPU steps (collectives/bits/compressed_adam.h).

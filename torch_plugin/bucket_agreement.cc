@@ -78,6 +78,41 @@ bool voting_at(const std::vector<uint32_t>& elements, const uint64_t* pos, const
   return true;
 }
 
+size_t abstention_list_limit(size_t bucket_numel, int nranks, bool with_memory) {
+  return max_revote_list(bucket_numel, nranks) * (with_memory ? kRememberedListFactor : 1);
+}
+
+size_t abstentions_worth_listing(size_t bucket_numel, int nranks, const RememberedUnion* memory, uint64_t key) {
+  const bool remembers = memory != nullptr && memory->key == key;
+  return abstention_list_limit(bucket_numel, nranks, memory != nullptr) + (remembers ? memory->elements.size() : 0);
+}
+
+void describe_abstentions(const std::vector<uint32_t>& listed, bool complete, size_t limit, size_t short_limit,
+                          const RememberedUnion* memory, BucketInput& in) {
+  in.can_revote = true;
+  in.abstaining_complete = complete && listed.size() <= limit;
+  in.abstaining.assign(listed.begin(), listed.begin() + std::ptrdiff_t(std::min(listed.size(), limit)));
+  in.outside_union.clear();
+  in.outside_complete = false;
+  in.voting_where_all_abstained.clear();
+  in.voting_complete = true;
+  if (memory == nullptr || memory->key != in.memory_key) return;
+  if (!memory->elements.empty() && complete) {
+    std::set_difference(listed.begin(), listed.end(), memory->elements.begin(), memory->elements.end(),
+                        std::back_inserter(in.outside_union));
+    in.outside_complete = in.outside_union.size() <= limit;
+    if (!in.outside_complete) in.outside_union.resize(limit);
+  }
+  if (complete) {
+    std::set_difference(memory->everywhere.begin(), memory->everywhere.end(), listed.begin(), listed.end(),
+                        std::back_inserter(in.voting_where_all_abstained));
+    in.voting_complete = in.voting_where_all_abstained.size() <= short_limit;
+    if (!in.voting_complete) in.voting_where_all_abstained.resize(short_limit);
+  } else {
+    in.voting_complete = memory->everywhere.empty();
+  }
+}
+
 uint64_t remembered_union_key(size_t begin, size_t size) {
   return standard::hash_sizes({begin, size});
 }

@@ -18,8 +18,8 @@
 //   - the longest list of abstaining elements any rank has, when each has only a few. Only then an
 //     all-gather of the lists (padded to that length) gives every rank their union U, and the bucket
 //     travels as binary votes with U re-voted as ternary ones (sparse_abstentions.h): the exact result
-//     at about the binary cost. A rank that cannot re-vote (the CUDA step, so far) says so in the
-//     header, and then any abstention sends the bucket ternary;
+//     at about the binary cost (on the CPU step's planes, or the CUDA step's: device_revote.h). A rank
+//     that cannot re-vote says so in the header, and then any abstention sends the bucket ternary;
 //   - the longest list of abstaining elements outside the union U that the bucket found at an earlier
 //     step and remembered (RememberedUnion), and a digest of that U. When every rank remembers the
 //     same U, U is re-voted again without the all-gather of lists, or, if some rank has a few
@@ -139,6 +139,25 @@ struct AbstentionMemory {
 
 // With a memory, lists up to this many times max_revote_list may be all-gathered (see above).
 constexpr size_t kRememberedListFactor = 8;
+
+// How many abstaining elements of a bucket a rank lists for its agreement: max_revote_list, or
+// kRememberedListFactor times that with a memory.
+size_t abstention_list_limit(size_t bucket_numel, int nranks, bool with_memory);
+
+// How many abstaining elements a rank that lists them all before its agreement (the CUDA step) must be
+// able to list for describe_abstentions to decide as the CPU step does from its planes: the list's limit
+// plus the size of the union remembered for `key` (abstentions inside it cost the CPU step nothing). A
+// rank with more has more than `limit` outside U too, and the same header either way.
+size_t abstentions_worth_listing(size_t bucket_numel, int nranks, const RememberedUnion* memory, uint64_t key);
+
+// This rank's exact-vote side of the agreement from a list of its abstaining elements, as the CUDA step
+// finds them on the device: `listed` ascending, all of them if `complete`, else none (the device had more
+// than it could list). Fills in.can_revote, abstaining, outside_union and voting_where_all_abstained as the
+// CPU step does from its planes (abstaining_elements up to `limit`, abstaining_outside_union up to
+// `limit`, voting_at up to `short_limit`, i.e. max_revote_list); `memory` (may be null) is this bucket's,
+// in.memory_key set.
+void describe_abstentions(const std::vector<uint32_t>& listed, bool complete, size_t limit, size_t short_limit,
+                          const RememberedUnion* memory, BucketInput& in);
 
 // The abstaining elements of `ranges` in the planes `pos` / `neg` (bucket-relative, as abstaining_elements
 // reads them) that `memory`'s U (for this `key`) lacks, into `out`. False, with `out` incomplete, when

@@ -178,8 +178,8 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
     RememberedUnion* remembered =
         votes == LionVotes::kExact && memory != nullptr && backend != nullptr ? &memory->buckets[buckets.size()] : nullptr;
     if (votes == LionVotes::kExact) {
-      const size_t limit = max_revote_list(b->size, backend != nullptr ? backend->getSize() : 1) *
-                           (remembered != nullptr ? kRememberedListFactor : 1);
+      const size_t limit =
+          abstention_list_limit(b->size, backend != nullptr ? backend->getSize() : 1, remembered != nullptr);
       b->input.abstaining_complete =
           abstaining_elements(b->votes.data(), b->votes.data() + nwords, voting, limit, b->input.abstaining);
       if (remembered != nullptr) {

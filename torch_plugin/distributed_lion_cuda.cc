@@ -16,6 +16,8 @@
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/bits/cuda/tensor_slices.h"
 #include "collectives/engine/call_description.h"
+#include "collectives/engine/sign/sparse_abstentions.h"
+#include "torch_plugin/device_revote.h"
 #include "torch_plugin/device_vote.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
@@ -27,9 +29,13 @@ struct CudaLionWorkspace::Buffers {
   at::Tensor votes, planes;              // device, int64 words: every bucket's vote and result planes
   at::Tensor votes_host, planes_host;    // pinned twins for the host-staging path
   at::Tensor slices_host, slices;        // the slice tables of a step with a group, pinned and on the device
-  // Exact votes with a group: per bucket, whether some element must abstain, found on the device and
-  // copied to the pinned twin in the caller's stream order, before the bucket's `packed` event.
-  at::Tensor abstains, abstains_host;
+  // Exact votes with a group: per bucket, how many elements must abstain (uint32 counts), found on the
+  // device and copied to the pinned twin in the caller's stream order, before the bucket's `packed` event;
+  // and which (uint32 lists, up to each bucket's capacity, with where each Lion slice's run of them lies),
+  // copied by the worker only when there are some.
+  at::Tensor abstaining_counts, abstaining_counts_host;
+  at::Tensor abstaining, abstaining_host;
+  at::Tensor abstaining_runs, abstaining_runs_host;
   cudaEvent_t last_use = nullptr;        // the end of the last step's use of the pinned buffers
   // The worker's stream for the votes, the same one every step: the caching allocator keeps its blocks
   // per stream, so the exchange's scratch planes come back at the same addresses, and the peers' UCX
@@ -68,7 +74,8 @@ CudaLionWorkspace::~CudaLionWorkspace() = default;
 
 int64_t CudaLionWorkspace::device_bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&buffers_->votes, &buffers_->planes, &buffers_->slices, &buffers_->local_slices}) {
+  for (const at::Tensor* t : {&buffers_->votes, &buffers_->planes, &buffers_->slices, &buffers_->local_slices,
+                              &buffers_->abstaining_counts, &buffers_->abstaining, &buffers_->abstaining_runs}) {
     if (t->defined()) bytes += t->numel() * t->element_size();
   }
   return bytes;
@@ -90,6 +97,12 @@ constexpr size_t kWord = 64;
 // the bucket's size and stay allocated in the communicator's workspace.
 constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 
+// The most abstaining elements of one bucket that the device lists for the exact votes' agreement: 16 MiB
+// of indices on the device and as many pinned. Up to abstentions_worth_listing (bucket_agreement.h) the
+// agreement decides as the CPU step's would; a rank with more than the device listed says its lists are
+// too long, and the bucket may go ternary where the CPU step's would not: exact either way, only dearer.
+constexpr size_t kMaxListedAbstentions = size_t{1} << 22;
+
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 void check_launch(cudaError_t status, const CallSite& site, const char* what) {
@@ -108,6 +121,10 @@ struct BucketPlan {
   bool lacks_grad = false;                   // some tensor of the bucket has no gradient here
   BucketInput input;                         // this rank's side of the agreement (bucket_agreement.h)
   BucketAgreement agreed;
+  // Exact votes: where the device lists this bucket's abstaining elements (uint32 entries into the
+  // lists buffer), and how many it may; the bucket's memory of them (null: none kept).
+  size_t list_offset = 0, list_capacity = 0;
+  RememberedUnion* remembered = nullptr;
   c10::intrusive_ptr<c10d::Work> work;
 };
 
@@ -120,6 +137,7 @@ struct StepPlan {
   cudaStream_t stream;         // the caller's: local update, pack, apply
   c10::cuda::CUDAStream vote_stream;  // the worker's: agreement, exchange and count of each bucket's planes
   c10::Device device;
+  int nranks;
   NcclGroup* nccl;             // the group's NCCL side when NCCL carries its CUDA tensors, else null
   CallSite site;               // "DistributedLion" and this rank, for errors
 };
@@ -193,7 +211,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
                                 LionVotes votes, size_t bucket_elements, uint64_t layout_digest,
-                                const CallSite& site) {
+                                const CallSite& site, AbstentionMemory* memory) {
   check_step_tensors(params, grads, momenta, site);
   if (params.empty()) return true;
   TORCH_CHECK_VALUE(params[0].is_cuda(), "pride ", site, ": expected CUDA tensors, got ", params[0].device());
@@ -214,6 +232,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
                       *ws.vote_stream,
                       device,
+                      nranks,
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()
                                                                                                   : nullptr,
                       site};
@@ -236,12 +255,16 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   if (total == 0) return true;
   bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
 
+  // Sized before any bucket's vote is queued: the worker holds references into it while later buckets pack.
+  if (votes != LionVotes::kExact) memory = nullptr;
+  if (memory != nullptr) memory->reserve((total + bucket_elements - 1) / bucket_elements);
+
   // Buckets and their slices (pieces of at most kSliceElements, words relative to the bucket). The
   // buffers have room for ternary votes and results, whichever kind a bucket ends up with.
   const size_t result_planes = size_t(std::max(step.binary.result_planes, step.ternary.result_planes));
   std::vector<BucketPlan> buckets;
   std::vector<TensorSlice> lion_slices, apply_slices;
-  size_t vote_words = 0, plane_words = 0;
+  size_t vote_words = 0, plane_words = 0, list_entries = 0;
   for (size_t begin = 0; begin < total; begin += bucket_elements) {
     BucketPlan b;
     b.begin = begin;
@@ -255,6 +278,17 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     b.first_apply = apply_slices.size();
     b.input.layout_digest = layout_digest;
     b.input.bucket_numel = b.size;
+    if (votes == LionVotes::kExact) {
+      if (memory != nullptr) {
+        // Read before the bucket's vote is queued, which alone writes this bucket's memory in this step.
+        b.remembered = &memory->buckets[buckets.size()];
+        b.input.memory_key = remembered_union_key(b.begin, b.size);
+      }
+      b.list_capacity = std::min(abstentions_worth_listing(b.size, nranks, b.remembered, b.input.memory_key),
+                                 std::min(kMaxListedAbstentions, b.size));
+      b.list_offset = list_entries;
+      list_entries += b.list_capacity;
+    }
     for (size_t i = 0; i < params.size(); ++i) {
       const size_t lo = std::max(begin, starts[i]), hi = std::min(begin + b.size, starts[i] + size_t(params[i].numel()));
       if (lo >= hi) continue;
@@ -286,9 +320,13 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   ensure_words(ws.planes, plane_words, on_device);
   ensure_words(ws.votes_host, vote_words, pinned);
   ensure_words(ws.planes_host, plane_words, pinned);
-  if (votes == LionVotes::kExact) {  // one int per bucket, in int64 words
-    ensure_words(ws.abstains, (buckets.size() + 1) / 2, on_device);
-    ensure_words(ws.abstains_host, (buckets.size() + 1) / 2, pinned);
+  if (votes == LionVotes::kExact) {  // uint32 counts and lists, in int64 words
+    ensure_words(ws.abstaining_counts, (buckets.size() + 1) / 2, on_device);
+    ensure_words(ws.abstaining_counts_host, (buckets.size() + 1) / 2, pinned);
+    ensure_words(ws.abstaining, (list_entries + 1) / 2, on_device);
+    ensure_words(ws.abstaining_host, (list_entries + 1) / 2, pinned);
+    ensure_words(ws.abstaining_runs, lion_slices.size(), on_device);  // two uint32 a Lion slice
+    ensure_words(ws.abstaining_runs_host, lion_slices.size(), pinned);
   }
   const size_t table_bytes = (lion_slices.size() + apply_slices.size()) * sizeof(TensorSlice);
   ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, pinned);
@@ -336,21 +374,59 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
 
 namespace {
 
+// Where one bucket's abstaining elements were listed on the device (pack_vote_apply), for its vote.
+struct AbstentionList {
+  const uint32_t* count_host = nullptr;  // pinned: how many there are (the list holds up to the bucket's capacity)
+  const uint32_t* device = nullptr;      // the list: each Lion slice's run ascending, the runs in no order
+  uint32_t* host = nullptr;              // pinned room for it
+  const uint32_t* runs_device = nullptr;  // per Lion slice of the bucket: (first place, count) of its run
+  uint32_t* runs_host = nullptr;
+  size_t nslices = 0;
+};
+
+// The bucket's abstaining elements, ascending, from the device's list: the runs in slice order (the
+// slices lie in ascending order of their words). False if the runs do not add up to `count` (then the
+// rank says its list is too long, which costs bytes, never exactness, and no rank waits on another).
+bool abstaining_in_order(const AbstentionList& listed, size_t count, cudaStream_t stream,
+                         std::vector<uint32_t>& elements) {
+  C10_CUDA_CHECK(cudaMemcpyAsync(listed.host, listed.device, count * 4, cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaMemcpyAsync(listed.runs_host, listed.runs_device, listed.nslices * 8, cudaMemcpyDeviceToHost,
+                                 stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  elements.clear();
+  elements.reserve(count);
+  for (size_t s = 0; s < listed.nslices; ++s) {
+    const size_t first = listed.runs_host[2 * s], n = listed.runs_host[2 * s + 1];
+    if (first + n > count) return false;
+    elements.insert(elements.end(), listed.host + first, listed.host + first + n);
+  }
+  if (elements.size() != count) return false;
+  if (!std::is_sorted(elements.begin(), elements.end())) std::sort(elements.begin(), elements.end());
+  return true;
+}
+
 // One bucket's vote, on the worker: the agreement, then the exchange and count of its planes by the
 // transport and data path that apply (device_vote.h), the result planes left on the device.
 void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uint64_t* votes, uint64_t* planes,
                     uint64_t* votes_host, uint64_t* planes_host, const TensorSlice* lion_table, cudaEvent_t packed,
-                    cudaEvent_t voted, const int* abstains_host) {
+                    cudaEvent_t voted, const AbstentionList& listed) {
   const cudaStream_t stream = step.vote_stream.stream();
   const bool packed_ternary = step.votes != LionVotes::kBinary;
   if (step.votes == LionVotes::kExact) {
-    // The flag was found and copied to pinned memory before `packed` (pack_vote_apply): one wait for
+    // The count was found and copied to pinned memory before `packed` (pack_vote_apply): one wait for
     // the packing serves both, rather than a second wait on this stream for a kernel of its own. The
     // votes are then written, so the vote stream needs no wait on `packed`: with nothing queued on it,
     // the exchange's first synchronisation (binary votes need no staging copy) returns at once instead
     // of waiting for a time slice on a GPU that processes share.
     C10_CUDA_CHECK(cudaEventSynchronize(packed));
-    b.input.wants_ternary = *abstains_host != 0;
+    const size_t count = *listed.count_host;
+    std::vector<uint32_t> elements;
+    // The list itself only when there is one to read: one more wait, on steps that have abstentions.
+    bool complete = count <= b.list_capacity;
+    if (count > 0 && complete) complete = abstaining_in_order(listed, count, stream, elements);
+    if (!complete) elements.clear();
+    describe_abstentions(elements, complete, abstention_list_limit(b.size, step.nranks, b.remembered != nullptr),
+                         max_revote_list(b.size, step.nranks), b.remembered, b.input);
   } else {
     C10_CUDA_CHECK(cudaStreamWaitEvent(stream, packed, 0));  // the vote stream's work follows the packing
   }
@@ -375,7 +451,7 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
   // differ in a setting (PRIDE_ALGO, the data path, ...) go through that check, which names any
   // difference left. The NCCL transport keeps its own check either way.
   b.input.call_digest = sign_call_digest(comm, b.size, options, kSignInputOptimizerBucket);
-  b.agreed = agree_on_bucket(comm, b.input);
+  b.agreed = agree_on_bucket(comm, b.input, b.remembered);
   if (!b.agreed.layouts_agree) return;
   options.votes = b.agreed.votes;
   options.segment_bytes = segment_bytes(b.agreed.all_device_memory);
@@ -385,8 +461,14 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
                                                       stream),
                  step.site, "binary_as_ternary");
   }
-  b.plan = vote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket,
-                          DeviceVote{step.device, stream, votes, planes, votes_host, planes_host, voted});
+  const DeviceVote where{step.device, stream, votes, planes, votes_host, planes_host, voted};
+  if (!b.agreed.revote.empty() || !b.agreed.abstain_everywhere.empty()) {
+    // binary votes, the few abstentions re-voted (or known to be everyone's)
+    b.plan = revote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket, where, b.agreed.revote,
+                              b.agreed.abstain_everywhere);
+  } else {
+    b.plan = vote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket, where);
+  }
 }
 
 // The bucket's apply slices of the tensors that some rank has a gradient for, on the device (only
@@ -426,15 +508,24 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     uint64_t* planes = words_of(ws.planes) + b.plane_offset;
     uint64_t* votes_host = words_of(ws.votes_host) + b.vote_offset;
     uint64_t* planes_host = words_of(ws.planes_host) + b.plane_offset;
-    int* abstains_host = nullptr;
-    if (step.votes == LionVotes::kExact) {  // whether some element must abstain, ready with the votes
-      int* flag = static_cast<int*>(ws.abstains.data_ptr()) + k;
-      abstains_host = static_cast<int*>(ws.abstains_host.data_ptr()) + k;
-      C10_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
-      check_launch(bits::cuda::find_abstentions_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
-                                                       flag, stream),
-                   step.site, "find_abstentions");
-      C10_CUDA_CHECK(cudaMemcpyAsync(abstains_host, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    AbstentionList listed;
+    if (step.votes == LionVotes::kExact) {  // the elements that must abstain, counted with the votes
+      uint32_t* count = reinterpret_cast<uint32_t*>(ws.abstaining_counts.data_ptr()) + k;
+      listed.count_host = reinterpret_cast<const uint32_t*>(ws.abstaining_counts_host.data_ptr()) + k;
+      listed.device = reinterpret_cast<const uint32_t*>(ws.abstaining.data_ptr()) + b.list_offset;
+      listed.host = reinterpret_cast<uint32_t*>(ws.abstaining_host.data_ptr()) + b.list_offset;
+      uint32_t* runs = reinterpret_cast<uint32_t*>(ws.abstaining_runs.data_ptr()) + 2 * b.first_lion;
+      listed.runs_device = runs;
+      listed.runs_host = reinterpret_cast<uint32_t*>(ws.abstaining_runs_host.data_ptr()) + 2 * b.first_lion;
+      listed.nslices = b.nlion;
+      C10_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(uint32_t), stream));
+      check_launch(bits::cuda::list_abstentions_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
+                                                       reinterpret_cast<uint32_t*>(ws.abstaining.data_ptr()) +
+                                                           b.list_offset,
+                                                       uint32_t(b.list_capacity), count, runs, stream),
+                   step.site, "list_abstentions");
+      C10_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint32_t*>(listed.count_host), count, sizeof(uint32_t),
+                                     cudaMemcpyDeviceToHost, stream));
     }
     cudaEvent_t packed = ws.packed[k], voted = ws.voted[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));
@@ -444,14 +535,15 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     // they reuse, grow or free them.
     b.work = backend->run_on_worker(
         "pride:distributed_lion", {},
-        [packed, voted, votes, planes, votes_host, planes_host, abstains_host, bucket, &step, layouts_differ, lion_table,
-         keep = std::make_tuple(ws.votes_host, ws.planes_host, ws.abstains_host)](Communicator& comm) {
+        [packed, voted, votes, planes, votes_host, planes_host, listed, bucket, &step, layouts_differ, lion_table,
+         keep = std::make_tuple(ws.votes_host, ws.planes_host, ws.abstaining_counts_host, ws.abstaining_host,
+                                ws.abstaining, ws.abstaining_runs, ws.abstaining_runs_host)](Communicator& comm) {
           (void)keep;
           if (layouts_differ->load()) return;
           c10::cuda::CUDAGuard device_guard(step.device);
           c10::cuda::CUDAStreamGuard stream_guard(step.vote_stream);  // the worker's allocations and copies
           vote_on_bucket(comm, *bucket, step, votes, planes, votes_host, planes_host, lion_table, packed, voted,
-                         abstains_host);
+                         listed);
           if (!bucket->agreed.layouts_agree) layouts_differ->store(true);
         });
   }

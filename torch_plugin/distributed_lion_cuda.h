@@ -3,9 +3,10 @@
 //   1. local update + pack: one launch over every tensor piece of the bucket (tensor_slices.h) reads
 //      g and m, writes m and the vote bits, on the caller's current stream;
 //   2. vote, on the group's worker while the GPU packs the next bucket: the agreement (abstentions are
-//      found on the device, only a flag comes back), then the exchange and count of the packed bits by
-//      the transport and data path that apply (device_vote.h): NCCL, device memory moved by UCX and
-//      counted on the GPU, or pinned host staging and the host engine;
+//      listed on the device; only their count comes back, and the list when there is one), then the
+//      exchange and count of the packed bits by the transport and data path that apply (device_vote.h):
+//      NCCL, device memory moved by UCX and counted on the GPU, or pinned host staging and the host
+//      engine; with exact votes, a few abstentions are re-voted after a binary exchange (device_revote.h);
 //   3. apply: one launch applies x ← x·(1 − lr·λ) − lr·Δ from the result planes on the device, after
 //      an event the worker recorded where the planes are written (NCCL and device memory: neither
 //      thread waits for the GPU there; on a GPU that processes share, each wait costs a time slice).
@@ -43,12 +44,13 @@ class CudaLionWorkspace {
   std::unique_ptr<Buffers> buffers_;
 };
 
-// As distributed_lion_step (undefined grads abstain, the layout digest, false when layouts differ);
-// the agreement (bucket_agreement.h) is decided from the packed planes on the device.
+// As distributed_lion_step (undefined grads abstain, the layout digest, false when layouts differ, the
+// exact votes' memory of abstentions, one per param group: may be null); the agreement
+// (bucket_agreement.h) is decided from the packed planes on the device.
 bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& workspace,
                                 const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                                 const std::vector<at::Tensor>& momenta, const LionHyper& hyper, SignOptions options,
                                 LionVotes votes, size_t bucket_elements, uint64_t layout_digest,
-                                const CallSite& site);
+                                const CallSite& site, AbstentionMemory* memory = nullptr);
 
 }  // namespace pride::torch_plugin

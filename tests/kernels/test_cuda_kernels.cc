@@ -704,7 +704,7 @@ TEST(CudaCompressedAdam, FusedStepsMatchTheCpu) {
   }
 }
 
-TEST(CudaSlices, AbstentionsAndBinaryAsTernaryFollowTheirDefinition) {
+TEST(CudaSlices, AbstentionListsAndBinaryAsTernaryFollowTheirDefinition) {
   SKIP_WITHOUT_GPU();
   const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 131073};
   std::vector<cuda::TensorSlice> slices;
@@ -734,18 +734,49 @@ TEST(CudaSlices, AbstentionsAndBinaryAsTernaryFollowTheirDefinition) {
   }
   DeviceBuffer dslices(slices);
   const auto* table = static_cast<const cuda::TensorSlice*>(dslices.get());
-  for (int abstainer : {-1, 0, 1, 3, 5}) {  // -1: nobody abstains; else the last element of that tensor's last slice
+  // Abstentions: none, the last element of one tensor's last slice, or a random few in every slice (some
+  // words with several); listed in full, or cut at a capacity that is smaller than their number.
+  std::mt19937_64 rng(7);
+  for (int pattern = 0; pattern < 3; ++pattern) {
     std::vector<uint64_t> p = pos, q = neg;
-    if (abstainer >= 0) {
-      const size_t last = last_slice_of_tensor[size_t(abstainer)];
-      const size_t j = elements[last].first + elements[last].second - 1;
-      p[j / 64] &= ~(uint64_t{1} << (j % 64));
-      q[j / 64] &= ~(uint64_t{1} << (j % 64));
+    std::vector<uint32_t> want;
+    for (size_t s = 0; s < elements.size(); ++s) {
+      const auto [first, count] = elements[s];
+      for (size_t j = first; j < first + count; ++j) {
+        const bool abstains = pattern == 1 ? s == last_slice_of_tensor[3] && j == first + count - 1
+                                           : pattern == 2 && rng() % 97 < 3;
+        if (!abstains) continue;
+        p[j / 64] &= ~(uint64_t{1} << (j % 64));
+        q[j / 64] &= ~(uint64_t{1} << (j % 64));
+        want.push_back(uint32_t(j));
+      }
     }
-    DeviceBuffer dp(p), dq(q), dflag(std::vector<int>{0});
-    finish(cuda::find_abstentions_slices(table, slices.size(), dp.words(), dq.words(),
-                                         static_cast<int*>(dflag.get()), nullptr));
-    EXPECT_EQ(dflag.read<int>(1)[0], abstainer >= 0 ? 1 : 0) << "abstainer " << abstainer;
+    for (const size_t capacity : {want.size() + 5, want.size() / 2}) {
+      const std::string where = "pattern " + std::to_string(pattern) + ", capacity " + std::to_string(capacity);
+      DeviceBuffer dp(p), dq(q), dcount(std::vector<uint32_t>{0}), dlist(std::vector<uint32_t>(capacity + 1, 0));
+      DeviceBuffer druns(std::vector<uint32_t>(2 * slices.size(), ~0u));
+      finish(cuda::list_abstentions_slices(table, slices.size(), dp.words(), dq.words(),
+                                           static_cast<uint32_t*>(dlist.get()), uint32_t(capacity),
+                                           static_cast<uint32_t*>(dcount.get()), static_cast<uint32_t*>(druns.get()),
+                                           nullptr));
+      ASSERT_EQ(dcount.read<uint32_t>(1)[0], want.size()) << where;
+      const std::vector<uint32_t> list = dlist.read<uint32_t>(std::min(capacity, want.size()));
+      const std::vector<uint32_t> runs = druns.read<uint32_t>(2 * slices.size());
+      if (capacity >= want.size()) {  // the runs in slice order: every abstention, ascending
+        std::vector<uint32_t> got;
+        for (size_t s = 0; s < slices.size(); ++s) {
+          ASSERT_LE(size_t(runs[2 * s]) + runs[2 * s + 1], want.size()) << where << ", slice " << s;
+          got.insert(got.end(), list.begin() + runs[2 * s], list.begin() + runs[2 * s] + runs[2 * s + 1]);
+        }
+        EXPECT_EQ(got, want) << where;
+      } else {  // some of them, each once
+        std::vector<uint32_t> got = list;
+        std::sort(got.begin(), got.end());
+        EXPECT_TRUE(std::adjacent_find(got.begin(), got.end()) == got.end()) << where;
+        EXPECT_TRUE(std::includes(want.begin(), want.end(), got.begin(), got.end())) << where;
+      }
+      EXPECT_EQ(dlist.read<uint32_t>(capacity + 1)[capacity], 0u) << where << ": written past the capacity";
+    }
   }
   // Binary as ternary: garbage in the negative plane and past the slices must not survive inside them.
   std::vector<uint64_t> garbage = random_counter(W * 64, 1, 1);
@@ -766,6 +797,61 @@ TEST(CudaSlices, AbstentionsAndBinaryAsTernaryFollowTheirDefinition) {
     }
   }
   for (size_t w = W - 2; w < W; ++w) EXPECT_EQ(q[w], garbage[w]) << "a word outside every slice was written";
+}
+
+TEST(CudaRevote, GatherAndScatterTheBitsOfListedElements) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(11);
+  for (const size_t n : {size_t{1}, size_t{64}, size_t{1000}, size_t{70001}}) {
+    const size_t W = words_for(n);
+    const auto pos = random_counter(W * 64, 1, 1), neg = random_counter(W * 64, 1, 1);  // random bits
+    for (const unsigned every : {1u, 5u, 300u}) {  // dense (whole words), a few per word, sparse
+      std::vector<uint32_t> at;
+      for (size_t j = 0; j < n; ++j) {
+        if (rng() % every == 0) at.push_back(uint32_t(j));
+      }
+      const size_t m = at.size(), mw = words_for(m);
+      const std::string where = "n " + std::to_string(n) + ", every " + std::to_string(every);
+      auto bit = [](const std::vector<uint64_t>& plane, size_t offset, size_t j) {
+        return (plane[offset + j / 64] >> (j % 64)) & 1u;
+      };
+      // Gather: bit k of each output plane is the input plane's bit at at[k].
+      DeviceBuffer dpos(pos), dneg(neg), dat(at), dout(std::vector<uint64_t>(2 * mw + 1, 0));
+      finish(cuda::gather_vote_bits(dpos.words(), dneg.words(), static_cast<const uint32_t*>(dat.get()), m,
+                                    dout.words(), nullptr));
+      const auto out = dout.read<uint64_t>(2 * mw);
+      for (size_t k = 0; k < m; ++k) {
+        ASSERT_EQ(bit(out, 0, k), bit(pos, 0, at[k])) << where << ", +1 bit " << k;
+        ASSERT_EQ(bit(out, mw, k), bit(neg, 0, at[k])) << where << ", -1 bit " << k;
+      }
+      if (m % 64 != 0) {  // bits past m are zero
+        EXPECT_EQ(out[mw - 1] >> (m % 64), 0u) << where;
+        EXPECT_EQ(out[2 * mw - 1] >> (m % 64), 0u) << where;
+      }
+      // Scatter into three planes: the listed bits take the values, every other bit keeps its own.
+      const int nplanes = 3;
+      const auto planes = random_counter(W * 64, nplanes, 7);  // random bits: nplanes planes of W words
+      const auto values = random_counter(std::max<size_t>(mw, 1) * 64, nplanes, 7);
+      std::vector<uint64_t> want = planes;
+      for (int p = 0; p < nplanes; ++p) {
+        for (size_t k = 0; k < m; ++k) {
+          const uint64_t mask = uint64_t{1} << (at[k] % 64);
+          uint64_t& w = want[size_t(p) * W + at[k] / 64];
+          w = bit(values, size_t(p) * std::max<size_t>(mw, 1), k) ? (w | mask) : (w & ~mask);
+        }
+      }
+      // values as the kernel reads them: plane p at p * mw
+      std::vector<uint64_t> packed(size_t(nplanes) * mw);
+      for (int p = 0; p < nplanes; ++p) {
+        std::copy_n(values.begin() + std::ptrdiff_t(size_t(p) * std::max<size_t>(mw, 1)), mw,
+                    packed.begin() + std::ptrdiff_t(size_t(p) * mw));
+      }
+      DeviceBuffer dplanes(planes), dvalues(packed);
+      finish(cuda::scatter_plane_bits(dplanes.words(), nplanes, W, static_cast<const uint32_t*>(dat.get()), m,
+                                      dvalues.words(), nullptr));
+      EXPECT_EQ(dplanes.read<uint64_t>(size_t(nplanes) * W), want) << where;
+    }
+  }
 }
 
 }  // namespace

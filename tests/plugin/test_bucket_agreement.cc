@@ -10,7 +10,9 @@
 #include <functional>
 #include <iterator>
 #include <mutex>
+#include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "collectives/engine/sign/sparse_abstentions.h"
@@ -38,8 +40,16 @@ Planes planes_abstaining(const std::vector<uint32_t>& abstaining) {
   return p;
 }
 
-// What distributed_lion.cc gives agree_on_bucket for this rank's planes.
-BucketInput input_for(const Planes& planes, const RememberedUnion* memory) {
+// Which ranks describe their abstentions as the CUDA step does, from a list of them (describe_abstentions),
+// rather than from their planes as the CPU step does: a bit per rank, the test's parameter. Every scenario
+// runs with none, some and all of them: the agreements must be the same.
+int g_listing_ranks = 0;
+
+bool lists_its_abstentions(int rank) { return (g_listing_ranks >> rank) & 1; }
+
+// What distributed_lion.cc (or, for a listing rank, distributed_lion_cuda.cc) gives agree_on_bucket for
+// this rank's planes.
+BucketInput input_for(const Planes& planes, const RememberedUnion* memory, bool listing = false) {
   BucketInput in;
   in.layout_digest = 0x1234;
   in.bucket_numel = kNumel;
@@ -47,9 +57,18 @@ BucketInput input_for(const Planes& planes, const RememberedUnion* memory) {
   in.has_grad = {1};
   in.can_revote = true;
   const WordRanges all{{0, kNumel}};
-  const size_t limit = max_revote_list(kNumel, kRanks) * (memory != nullptr ? kRememberedListFactor : 1);
-  in.abstaining_complete = abstaining_elements(planes.pos.data(), planes.neg.data(), all, limit, in.abstaining);
+  const size_t limit = abstention_list_limit(kNumel, kRanks, memory != nullptr);
   in.memory_key = remembered_union_key(0, kNumel);
+  if (listing) {
+    // As the device lists them: all of them up to its capacity, in no order, sorted by the step.
+    std::vector<uint32_t> listed;
+    const size_t capacity = abstentions_worth_listing(kNumel, kRanks, memory, in.memory_key);
+    const bool complete = abstaining_elements(planes.pos.data(), planes.neg.data(), all, capacity, listed);
+    if (!complete) listed.clear();
+    describe_abstentions(listed, complete, limit, max_revote_list(kNumel, kRanks), memory, in);
+    return in;
+  }
+  in.abstaining_complete = abstaining_elements(planes.pos.data(), planes.neg.data(), all, limit, in.abstaining);
   if (memory != nullptr) {
     in.outside_complete = abstaining_outside_union(*memory, in.memory_key, planes.pos.data(), planes.neg.data(), all,
                                                    limit, in.outside_union);
@@ -92,7 +111,9 @@ std::vector<std::vector<Seen>> agree_for_steps(int steps, const std::function<st
     for (int step = 0; step < steps; ++step) {
       if (forget && forget(step, comm.rank())) memory = RememberedUnion{};
       RememberedUnion* m = !has_memory || has_memory(comm.rank()) ? &memory : nullptr;
-      const BucketAgreement a = agree_on_bucket(comm, input_for(planes_abstaining(lists(step, comm.rank())), m), m);
+      const BucketInput in =
+          input_for(planes_abstaining(lists(step, comm.rank())), m, lists_its_abstentions(comm.rank()));
+      const BucketAgreement a = agree_on_bucket(comm, in, m);
       ASSERT_TRUE(a.layouts_agree);
       seen[size_t(step)][size_t(comm.rank())] = {a.votes, a.revote, a.abstain_everywhere, memory.digest,
                                                  memory.elements.size()};
@@ -100,6 +121,12 @@ std::vector<std::vector<Seen>> agree_for_steps(int steps, const std::function<st
   });
   return seen;
 }
+
+class BucketAgreement : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { g_listing_ranks = GetParam(); }
+  void TearDown() override { g_listing_ranks = 0; }
+};
 
 // Every rank agreed on the same thing, and binary votes re-vote a U that, with the elements given as
 // abstaining everywhere, holds every rank's abstentions; those elements abstain on every rank.
@@ -127,7 +154,7 @@ void expect_exact_and_agreed(const std::vector<std::vector<Seen>>& seen,
   }
 }
 
-TEST(BucketAgreement, RemembersTheUnionExtendsItAndBacksOffFromLongListsThatDoNotLast) {
+TEST_P(BucketAgreement, RemembersTheUnionExtendsItAndBacksOffFromLongListsThatDoNotLast) {
   // Rank r's abstentions: 40 at step 0 (more than the 25 a step may list), then the first 35 of them
   // (a subset: U is re-used), plus 3 new ones on rank 2 (U is extended by them alone), then 100 new on
   // rank 1 (too many to extend: a long refresh), then on rank 3 30 new ones a step, different each step
@@ -169,7 +196,7 @@ TEST(BucketAgreement, RemembersTheUnionExtendsItAndBacksOffFromLongListsThatDoNo
   EXPECT_EQ(seen[13][0].revote, sorted_union(lists_at(13)));
 }
 
-TEST(BucketAgreement, AUnionThatWasReusedLeavesTheNextLongRefreshFree) {
+TEST_P(BucketAgreement, AUnionThatWasReusedLeavesTheNextLongRefreshFree) {
   // A long refresh re-used at the next step does not hold back the one after; the one after that, not
   // re-used, does.
   auto lists = [](int step, int r) {
@@ -184,7 +211,7 @@ TEST(BucketAgreement, AUnionThatWasReusedLeavesTheNextLongRefreshFree) {
   EXPECT_EQ(seen[4][0].votes, VoteKind::kTernary);
 }
 
-TEST(BucketAgreement, ARankThatForgotMakesEveryRankRefresh) {
+TEST_P(BucketAgreement, ARankThatForgotMakesEveryRankRefresh) {
   // Rank 0 loses its memory at step 2 (a new optimizer): the digests differ, so the ranks agree on a new
   // U from the lists instead of re-using one that rank 0 does not have; then all remember it again.
   auto lists = [](int step, int r) { return spaced(uint32_t(r) * 1000 + (step >= 2 ? 1 : 0), step >= 2 ? 20 : 30); };
@@ -201,7 +228,7 @@ TEST(BucketAgreement, ARankThatForgotMakesEveryRankRefresh) {
   EXPECT_NE(seen[3][0].remembered_digest, 0u);
 }
 
-TEST(BucketAgreement, AUnionMuchLargerThanTodaysListsIsMadeAgain) {
+TEST_P(BucketAgreement, AUnionMuchLargerThanTodaysListsIsMadeAgain) {
   // 140 abstentions a rank at step 0, 20 from step 1 on: a quarter fewer than U was made of, so U is made
   // again from today's lists, once.
   auto lists = [](int step, int r) { return spaced(uint32_t(r) * 1000, step == 0 ? 140 : 20); };
@@ -212,7 +239,7 @@ TEST(BucketAgreement, AUnionMuchLargerThanTodaysListsIsMadeAgain) {
   EXPECT_EQ(seen[2][0].revote, seen[1][0].revote);
 }
 
-TEST(BucketAgreement, WhereEveryRankAbstainsNothingIsReVotedUntilManyRanksVoteThere) {
+TEST_P(BucketAgreement, WhereEveryRankAbstainsNothingIsReVotedUntilManyRanksVoteThere) {
   // 30 elements abstain on every rank (units dead everywhere), 20 more on each rank alone. U is made of
   // the lists at step 0; only the 80 elements of one rank alone are re-voted, at step 1 too. At step 2
   // rank 1 votes at one of the 30: it is re-voted from then on, the other 29 still are not. At step 4
@@ -245,7 +272,7 @@ TEST(BucketAgreement, WhereEveryRankAbstainsNothingIsReVotedUntilManyRanksVoteTh
   }
 }
 
-TEST(BucketAgreement, WithoutAMemoryLongListsAreTernaryAsBefore) {
+TEST_P(BucketAgreement, WithoutAMemoryLongListsAreTernaryAsBefore) {
   auto lists = [](int step, int r) { return spaced(uint32_t(r) * 1000, step == 0 ? 40 : 20); };
   const auto seen = agree_for_steps(2, lists, nullptr, [](int) { return false; });
   expect_exact_and_agreed(seen, lists);
@@ -254,7 +281,7 @@ TEST(BucketAgreement, WithoutAMemoryLongListsAreTernaryAsBefore) {
   EXPECT_EQ(seen[1][0].revote.size(), 4u * 20);
 }
 
-TEST(BucketAgreement, RanksWithAndWithoutAMemoryAgree) {
+TEST_P(BucketAgreement, RanksWithAndWithoutAMemoryAgree) {
   // Ranks 0 and 1 remember, 2 and 3 do not (another caller of the step). 30 abstentions a rank fit a
   // remembering rank's list but not the others': every rank goes ternary (no rank may start an
   // all-gather the others do not join). 40 on ranks 0 and 1 only, 20 on 2 and 3: the same. 20
@@ -271,7 +298,7 @@ TEST(BucketAgreement, RanksWithAndWithoutAMemoryAgree) {
   EXPECT_EQ(seen[2][0].revote.size(), 4u * 20);
 }
 
-TEST(BucketAgreement, ARankThatForgotWhileTheOthersBackOffAgreesWithThem) {
+TEST_P(BucketAgreement, ARankThatForgotWhileTheOthersBackOffAgreesWithThem) {
   // Ranks 1-3 are backing off from a long refresh that did not last (steps 0-1) when rank 0 loses its
   // memory (step 2): its wait is 0, theirs is not; every rank must still make the same choice.
   auto lists = [](int step, int r) {
@@ -283,6 +310,66 @@ TEST(BucketAgreement, ARankThatForgotWhileTheOthersBackOffAgreesWithThem) {
   EXPECT_EQ(seen[1][0].votes, VoteKind::kTernary);  // 30 new ones outside U: not re-used, wait 2
   EXPECT_EQ(seen[2][0].votes, VoteKind::kTernary);  // still waiting on ranks 1-3
 }
+
+// A listing rank's input (describe_abstentions, from every abstention up to abstentions_worth_listing)
+// equals the CPU step's from its planes, field for field, over list sizes around the limits (25 a step,
+// 200 with a memory) and memories of each kind: none, empty, another bucket's, and unions that hold most
+// or a quarter of the abstentions, with and without elements where every rank abstained.
+TEST(DescribeAbstentions, AListGivesTheSameInputAsThePlanes) {
+  std::mt19937 rng(5);
+  auto random_set = [&](size_t count) {
+    std::set<uint32_t> s;
+    while (s.size() < count) s.insert(uint32_t(rng() % kNumel));
+    return std::vector<uint32_t>(s.begin(), s.end());
+  };
+  for (size_t count : {0, 10, 25, 26, 150, 200, 201, 260, 400, 1200}) {
+    for (int kind = 0; kind < 7; ++kind) {
+      const std::vector<uint32_t> abstaining = random_set(count);
+      RememberedUnion memory;
+      memory.key = remembered_union_key(0, kNumel);
+      if (kind == 3) memory.key = remembered_union_key(64, kNumel - 64);  // another bucket's
+      if (kind >= 3) {  // U: most of today's abstentions and some others; `everywhere` a part of U
+        std::vector<uint32_t> u;
+        for (uint32_t e : abstaining) {  // kind 6: a quarter of them, and many others
+          if (kind == 6 ? rng() % 4 == 0 : rng() % 10 != 0) u.push_back(e);
+        }
+        u = sorted_union({u, random_set(kind == 6 ? 300 : 30)});
+        memory.elements = u;
+        if (kind == 5) {
+          for (uint32_t e : u) {
+            if (rng() % 3 == 0) memory.everywhere.push_back(e);
+          }
+        }
+      }
+      const RememberedUnion* m = kind == 0 ? nullptr : &memory;
+      const Planes planes = planes_abstaining(abstaining);
+      const BucketInput want = input_for(planes, m), got = input_for(planes, m, /*listing=*/true);
+      const std::string where = std::to_string(count) + " abstaining, memory kind " + std::to_string(kind);
+      EXPECT_EQ(got.abstaining_complete, want.abstaining_complete) << where;
+      if (want.abstaining_complete) {
+        EXPECT_EQ(got.abstaining, want.abstaining) << where;
+      }
+      EXPECT_EQ(got.outside_complete, want.outside_complete) << where;
+      if (want.outside_complete) {
+        EXPECT_EQ(got.outside_union, want.outside_union) << where;
+      }
+      // (only read when every rank's abstentions outside U are few: then this rank's list is complete)
+      if (want.outside_complete) {
+        EXPECT_EQ(got.voting_complete, want.voting_complete) << where;
+        if (want.voting_complete) {
+          EXPECT_EQ(got.voting_where_all_abstained, want.voting_where_all_abstained) << where;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AbstentionsFrom, BucketAgreement, ::testing::Values(0, 0b1010, 0b1111),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("Planes")
+                                                  : info.param == 0b1111 ? std::string("Lists")
+                                                                         : std::string("PlanesAndLists");
+                         });
 
 }  // namespace
 }  // namespace pride::torch_plugin

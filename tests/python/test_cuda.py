@@ -335,6 +335,70 @@ def test_distributed_lion_cuda_missing_gradients_equal_the_cpu_step_4ranks(mode,
     run(_lion_cpu_vs_cuda, 4, torch.float32, mode, votes, True, path, env=env, deadline_s=300)
 
 
+def _remembered_abstentions_on_cuda(rank, world_size, store_path, dtype, mode, path):
+    """Exact votes on CUDA parameters where each rank has more exactly-zero updates than a bucket may list
+    every step (dead units: 1 element in 100 on every rank, as replicas' dead units are, and 1 in 500 on
+    each rank, a different set each; half of both come alive at step 6): the CUDA step lists them on the device,
+    the buckets remember their union, re-vote the part where some rank votes after binary votes and leave
+    the part where all abstain at a count of 0 (device_revote.h). Against the CPU step, bit for bit, every
+    step; and the bytes: near binary votes', far from ternary ones'."""
+    import torch.distributed as dist
+
+    import pride
+
+    from pride.optim import DistributedLion
+
+    init_group(rank, world_size, store_path)
+    torch.cuda.set_device(0)
+    g = torch.Generator().manual_seed(4321)
+    shapes = [(3,), (64,), (65, 7), (1000, 33), (70_000,), (5,)]
+    initial = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    kw = dict(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, mode=mode)
+    runs = {}
+    for name, device, votes in [("cpu", "cpu", "exact"), ("exact", "cuda", "exact"), ("binary", "cuda", "binary"),
+                                ("ternary", "cuda", "ternary")]:
+        params = [torch.nn.Parameter(p.clone().to(device)) for p in initial]
+        runs[name] = (params, DistributedLion(params, bucket_mb=0.1, votes=votes, **kw), [0])
+    rank_gen = torch.Generator().manual_seed(7 + rank)
+    for step in range(12):
+        grads = []
+        for shape in shapes:
+            grad = torch.randn(shape, generator=rank_gen).to(dtype)
+            idx = torch.arange(grad.numel()).reshape(shape)
+            dead = ((idx * 13) % 100 == 0) | ((idx * 7 + rank * 101) % 500 == 0)
+            grads.append(torch.where(dead & ((step < 6) | (idx % 2 == 1)), torch.zeros_like(grad), grad))
+        for name, (params, opt, sent) in runs.items():
+            for p, grad in zip(params, grads):
+                p.grad = grad.to(p.device)
+            before = pride.stats()["bytes_sent"]
+            opt.step()
+            sent[0] += pride.stats()["bytes_sent"] - before
+        for i, (pc, pg) in enumerate(zip(runs["cpu"][0], runs["exact"][0])):
+            assert _same_bits(pc.detach(), pg.detach().cpu()), f"rank {rank} step {step} tensor {i}: parameters differ"
+            mc, mg = runs["cpu"][1].state[pc]["exp_avg"], runs["exact"][1].state[pg]["exp_avg"]
+            assert _same_bits(mc, mg.cpu()), f"rank {rank} step {step} tensor {i}: momentum differs"
+    flat = torch.cat([p.detach().float().reshape(-1).cpu() for p in runs["exact"][0]])
+    gathered = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(gathered, flat)
+    for r, other in enumerate(gathered):
+        assert torch.equal(other.view(torch.int32), flat.view(torch.int32)), f"replica {r} differs from rank {rank}"
+    remembered = [m.remembered for m in runs["exact"][1]._abstention_memories.values()]
+    assert remembered and all(any(size > 0 for size in r) for r in remembered), remembered
+    sent = {name: run_[2][0] for name, run_ in runs.items()}
+    assert sent["ternary"] > 1.3 * sent["binary"], (rank, sent)
+    assert sent["exact"] - sent["binary"] < 0.3 * (sent["ternary"] - sent["binary"]), (rank, sent)
+    if path is not None:
+        assert (pride.stats()["device_bytes_sent"] > 0) == (path == "device"), (rank, path, pride.stats())
+
+
+@pytest.mark.parametrize("path", ["device", "host"])
+@pytest.mark.parametrize("mode", ["vote", "mean"])
+def test_distributed_lion_cuda_remembers_abstentions_and_revotes_them_exactly_4ranks(mode, path):
+    env = {"PRIDE_ALGO": "direct", "PRIDE_CUDA_PATH": path}
+    run(_remembered_abstentions_on_cuda, 4, torch.float32, mode, path, env=env, deadline_s=300)
+    run(_remembered_abstentions_on_cuda, 4, torch.bfloat16, mode, path, env=env, deadline_s=300)
+
+
 # Lion Cub's int8 sum on CUDA parameters: torch operations on the device against the same on the CPU. The
 # signs, and the L-inf levels (a max, the same whatever the reduction order), give the same bits; L1 and L0
 # take a mean, whose float32 sum a GPU orders differently. Missing gradients abstain on both. "levels":

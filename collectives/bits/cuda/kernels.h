@@ -69,6 +69,16 @@ cudaError_t encode_counts(const counts::CountCode& code, const uint64_t* planes,
 cudaError_t decode_counts(const counts::CountCode& code, const uint32_t* in, size_t nwords, uint64_t* planes,
                           size_t stride, cudaStream_t stream);
 
+// ---- Re-voting a few elements (as engine/sign/sparse_abstentions.h's votes_at and apply_revote_patch) --
+// `at`: m element indices, ascending, without repeats. out: the +1 bits at them, then the −1 bits, each
+// words_for(m) words (bit k is element at[k]).
+cudaError_t gather_vote_bits(const uint64_t* pos, const uint64_t* neg, const uint32_t* at, size_t m, uint64_t* out,
+                             cudaStream_t stream);
+// For each of nplanes planes (plane_words words apart): the bit of element at[k] ← bit k of that plane's
+// words_for(m) words of `values` (plane-major); every other bit is left as it is.
+cudaError_t scatter_plane_bits(uint64_t* planes, int nplanes, size_t plane_words, const uint32_t* at, size_t m,
+                               const uint64_t* values, cudaStream_t stream);
+
 // ---- Fused apply of the update (Distributed Lion), as kernels.h ----------------------------------
 cudaError_t apply_vote(void* x, DType dtype, size_t n, const uint64_t* pos, const uint64_t* tie, double lr,
                        double wd, cudaStream_t stream);

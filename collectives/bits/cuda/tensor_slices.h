@@ -54,10 +54,15 @@ cudaError_t apply_mean_slices(const TensorSlice* slices, size_t nslices, DType d
 cudaError_t lion_local_slices(const LocalSlice* slices, size_t nslices, DType dtype, double beta1, double beta2,
                               bool ternary, double lr, double wd, cudaStream_t stream);
 
-// Sets *flag (a device int the caller zeroed) to 1 when some element of the slices has neither its +1
-// (pos) nor its −1 (neg) bit set: an element that must abstain.
-cudaError_t find_abstentions_slices(const TensorSlice* slices, size_t nslices, const uint64_t* pos,
-                                    const uint64_t* neg, int* flag, cudaStream_t stream);
+// The elements of the slices that have neither their +1 (pos) nor their −1 (neg) bit set (elements that
+// must abstain), as plane indices (word·64 + bit). How many there are in all is added to *count (a device
+// word the caller zeroed); the list holds the first `capacity` places, and is complete when *count <=
+// capacity. Slice s's elements, ascending, are list[runs[2s]] … list[runs[2s] + runs[2s + 1] − 1] (those
+// places below capacity); the slices' runs lie in no particular order, so reading the runs in slice order
+// gives the elements in slice order (ascending, for slices in ascending order of their words).
+cudaError_t list_abstentions_slices(const TensorSlice* slices, size_t nslices, const uint64_t* pos,
+                                    const uint64_t* neg, uint32_t* list, uint32_t capacity, uint32_t* count,
+                                    uint32_t* runs, cudaStream_t stream);
 // Binary votes (pos; a 0 bit votes −1) rewritten as ternary planes inside the slices' elements:
 // neg = ~pos there. Words outside every slice are left alone (the caller zeroed both planes there).
 cudaError_t binary_as_ternary_slices(const TensorSlice* slices, size_t nslices, uint64_t* pos, uint64_t* neg,

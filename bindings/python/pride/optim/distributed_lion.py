@@ -140,7 +140,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.votes = votes
         self.bucket_mb = bucket_mb
         self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
-        self._abstention_memories = {}  # (param group index, device, dtype) -> _C.AbstentionMemory (CPU)
+        self._abstention_memories = {}  # (param group index, device, dtype) -> _C.AbstentionMemory
         self._ddp_checked = False
         self._layout_digested = (None, 0)  # (layout, its digest) of the last step
         Joinable.__init__(self)
@@ -429,7 +429,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                 agreed = _C.distributed_lion_step(
                     target, stepped, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
-                    self._bucket_elements(device, dtype), digest, self._workspace(device, dtype, group_index), rank)
+                    self._bucket_elements(device, dtype), digest, self._workspace(device, dtype), rank,
+                    memory=self._abstention_memory(device, dtype, group_index) if votes == "exact" and target else None)
                 if not agreed:
                     self._raise_layout_mismatch(layout)
                 for p, copy in copies:
@@ -468,12 +469,15 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
             out.append(m)
         return out
 
-    def _workspace(self, device, dtype, group_index):
+    def _abstention_memory(self, device, dtype, group_index):
+        # What the exact votes' agreements remember between steps (each bucket's union of abstaining
+        # elements: bucket_agreement.h), per param group: each group's step has buckets of its own.
+        key = (group_index, device, dtype)
+        return self._abstention_memories.setdefault(key, _C.AbstentionMemory())
+
+    def _workspace(self, device, dtype):
         if device.type != "cuda":
-            # What the exact votes' agreements remember between steps (each bucket's union of abstaining
-            # elements: bucket_agreement.h), per param group: each group's step has buckets of its own.
-            key = (group_index, device, dtype)
-            return self._abstention_memories.setdefault(key, _C.AbstentionMemory())
+            return None
         if not _C.cuda_supported():
             raise ValueError(f"DistributedLion: parameters on {device}, but this build of pride has no CUDA support")
         key = (device, dtype)
