@@ -27,22 +27,32 @@ uint64_t tail_mask(size_t count, size_t word_in_piece, size_t words) {
   return (word_in_piece + 1 == words && count % 64 != 0) ? (uint64_t(1) << (count % 64)) - 1 : ~uint64_t(0);
 }
 
-}  // namespace
-
-bool abstaining_elements(const uint64_t* pos, const uint64_t* neg, const WordRanges& ranges, size_t limit,
-                         std::vector<uint32_t>& out) {
-  out.clear();
+// Calls fn(element) for each abstaining element of `ranges` in ascending order, while it returns true;
+// false if fn stopped it.
+template <class Fn>
+bool for_each_abstaining(const uint64_t* pos, const uint64_t* neg, const WordRanges& ranges, const Fn& fn) {
   for (const auto& [first, count] : ranges) {
     const size_t words = (count + 63) / 64;
     for (size_t i = 0; i < words; ++i) {
       for (uint64_t abstain = ~(pos[first + i] | neg[first + i]) & tail_mask(count, i, words); abstain != 0;
            abstain &= abstain - 1) {
-        if (out.size() == limit) return false;
-        out.push_back(uint32_t((first + i) * 64 + size_t(__builtin_ctzll(abstain))));
+        if (!fn(uint32_t((first + i) * 64 + size_t(__builtin_ctzll(abstain))))) return false;
       }
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool abstaining_elements(const uint64_t* pos, const uint64_t* neg, const WordRanges& ranges, size_t limit,
+                         std::vector<uint32_t>& out) {
+  out.clear();
+  return for_each_abstaining(pos, neg, ranges, [&](uint32_t element) {
+    if (out.size() == limit) return false;
+    out.push_back(element);
+    return true;
+  });
 }
 
 bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const uint64_t* pos, const uint64_t* neg,
@@ -51,20 +61,13 @@ bool abstaining_outside_union(const RememberedUnion& memory, uint64_t key, const
   if (memory.elements.empty() || memory.key != key) return false;
   // Both sides ascending (ranges are in order): one merge pass.
   auto next = memory.elements.begin();
-  for (const auto& [first, count] : ranges) {
-    const size_t words = (count + 63) / 64;
-    for (size_t i = 0; i < words; ++i) {
-      for (uint64_t abstain = ~(pos[first + i] | neg[first + i]) & tail_mask(count, i, words); abstain != 0;
-           abstain &= abstain - 1) {
-        const uint32_t element = uint32_t((first + i) * 64 + size_t(__builtin_ctzll(abstain)));
-        next = std::lower_bound(next, memory.elements.end(), element);
-        if (next != memory.elements.end() && *next == element) continue;
-        if (out.size() == limit) return false;
-        out.push_back(element);
-      }
-    }
-  }
-  return true;
+  return for_each_abstaining(pos, neg, ranges, [&](uint32_t element) {
+    next = std::lower_bound(next, memory.elements.end(), element);
+    if (next != memory.elements.end() && *next == element) return true;
+    if (out.size() == limit) return false;
+    out.push_back(element);
+    return true;
+  });
 }
 
 bool voting_at(const std::vector<uint32_t>& elements, const uint64_t* pos, const uint64_t* neg, size_t limit,

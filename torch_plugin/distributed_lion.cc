@@ -240,12 +240,8 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
   // 3. apply, bucket by bucket as results arrive.
   for (const auto& b : buckets) {
     if (b->work) b->work->wait();  // rethrows the engine's error
-    if (layouts_differ->load()) {
-      for (const auto& rest : buckets) {
-        if (rest->work) rest->work->wait();  // they return at once, having sent nothing
-      }
-      return false;
-    }
+    // The rest return at once, having sent nothing; wait_for_queued_votes waits for them.
+    if (layouts_differ->load()) return false;
     const SignResult& r = b->result;
     const auto pieces = pieces_in(starts, sizes, b->begin, b->begin + b->size);
     for (size_t k = 0; k < pieces.size(); ++k) {
