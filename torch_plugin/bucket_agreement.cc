@@ -106,6 +106,8 @@ void describe_abstentions(const std::vector<uint32_t>& listed, bool complete, si
     in.outside_complete = in.outside_union.size() <= limit;
     if (!in.outside_complete) in.outside_union.resize(limit);
   }
+  // (An element of `everywhere` in a tensor without a gradient here counts as voting, where the CPU step's
+  // voting_at counts it as abstaining: never read, since a missing gradient makes the bucket ternary.)
   if (complete) {
     std::set_difference(memory->everywhere.begin(), memory->everywhere.end(), listed.begin(), listed.end(),
                         std::back_inserter(in.voting_where_all_abstained));

@@ -140,6 +140,9 @@ struct AbstentionMemory {
 // With a memory, lists up to this many times max_revote_list may be all-gathered (see above).
 constexpr size_t kRememberedListFactor = 8;
 
+// The most elements of a bucket (the steps cut larger requests to this): its elements are listed as uint32.
+constexpr size_t kMaxBucketElements = size_t{1} << 31;
+
 // How many abstaining elements of a bucket a rank lists for its agreement: max_revote_list, or
 // kRememberedListFactor times that with a memory.
 size_t abstention_list_limit(size_t bucket_numel, int nranks, bool with_memory);

@@ -10,7 +10,6 @@
 #include "backend/common/error.h"
 #include "collectives/bits/cuda/kernels.h"
 #include "collectives/engine/sign/sparse_abstentions.h"
-#include "torch_plugin/cuda_event_pool.h"
 #include "torch_plugin/word_buffers.h"
 
 namespace pride::torch_plugin {
@@ -33,42 +32,39 @@ at::Tensor on_device(const void* host, size_t bytes, c10::Device device) {
 }  // namespace
 
 SignPlan revote_on_device(Communicator& comm, NcclGroup* nccl, size_t numel, SignOptions options, uint32_t dtype_code,
-                          const DeviceVote& where, const std::vector<uint32_t>& revote,
+                          const DeviceVote& where, cudaStream_t side, const std::vector<uint32_t>& revote,
                           const std::vector<uint32_t>& abstain_everywhere) {
   check_revote_lists(comm.rank(), numel, revote, abstain_everywhere);
-  c10::cuda::CUDAStreamGuard on_stream(c10::cuda::getStreamFromExternal(where.stream, where.device.index()));
   const size_t nwords = bits::words_for(numel), m = revote.size(), mw = bits::words_for(m);
 
-  // 1. This rank's ternary votes at U, gathered on the device and copied to pinned memory ahead of the
-  // binary call's work on the same stream (the event tells when they are there).
-  at::Tensor at_device, votes_at_host;
-  PooledCudaEvent gathered(where.device.index());
+  // 1. This rank's ternary votes at U, gathered on the device and brought to the host (on `side`, whose
+  // blocks these temporaries come from and go back to).
+  at::Tensor votes_at_host;
   if (m > 0) {
-    at_device = on_device(revote.data(), m * 4, where.device);
-    at::Tensor votes_at = empty_words(2 * mw, word_options(where.device));
+    c10::cuda::CUDAStreamGuard on_side(c10::cuda::getStreamFromExternal(side, where.device.index()));
+    const at::Tensor at_device = on_device(revote.data(), m * 4, where.device);
+    const at::Tensor votes_at = empty_words(2 * mw, word_options(where.device));
     check_launch(bits::cuda::gather_vote_bits(where.votes, where.votes + nwords,
                                               reinterpret_cast<const uint32_t*>(at_device.data_ptr()), m,
-                                              words_of(votes_at), where.stream),
+                                              words_of(votes_at), side),
                  comm, "gather_vote_bits");
     votes_at_host = empty_words(2 * mw, word_options(at::kCPU, /*pinned=*/true));
     C10_CUDA_CHECK(cudaMemcpyAsync(words_of(votes_at_host), words_of(votes_at), 2 * mw * 8, cudaMemcpyDeviceToHost,
-                                   where.stream));
-    C10_CUDA_CHECK(cudaEventRecord(gathered.get(), where.stream));
+                                   side));
+    C10_CUDA_CHECK(cudaStreamSynchronize(side));
   }
 
   // 2. The binary call on the whole bucket: exact wherever no rank abstains. Its planes are written by
   // work queued on where.stream (vote_on_device records where.written there), so what follows on that
   // stream comes after them.
+  c10::cuda::CUDAStreamGuard on_stream(c10::cuda::getStreamFromExternal(where.stream, where.device.index()));
   SignOptions binary_options = options;
   binary_options.votes = VoteKind::kBinary;
   const SignPlan binary = vote_on_device(comm, nccl, numel, binary_options, dtype_code, where);
 
   // 3. The exact count at U, through the host (the same call as the CPU's re-vote).
   SignResult counted;
-  if (m > 0) {
-    C10_CUDA_CHECK(cudaEventSynchronize(gathered.get()));
-    counted = count_revotes(comm, words_of(votes_at_host), m, options, dtype_code);
-  }
+  if (m > 0) counted = count_revotes(comm, words_of(votes_at_host), m, options, dtype_code);
 
   // 4. The binary result re-encoded as the ternary one, on the device, as sparse_abstentions.cc does on the
   // host: a vote keeps its planes (a tie plane that binary votes lack is all zero); a mean's u = 2c is the

@@ -126,7 +126,7 @@ bool distributed_lion_step(PrideBackend* backend, const std::vector<at::Tensor>&
     total += round_up(size_t(p.numel()), kWord);
   }
   if (total == 0) return true;
-  bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
+  bucket_elements = std::max(kWord, round_up(std::min(bucket_elements, kMaxBucketElements), kWord));
   // Set by the first bucket that finds the layouts differ; later buckets then send nothing, so every
   // rank's next collective is the caller's diagnosis.
   auto layouts_differ = std::make_shared<std::atomic<bool>>(false);

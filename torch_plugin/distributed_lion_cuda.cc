@@ -32,16 +32,19 @@ struct CudaLionWorkspace::Buffers {
   // Exact votes with a group: per bucket, how many elements must abstain (uint32 counts), found on the
   // device and copied to the pinned twin in the caller's stream order, before the bucket's `packed` event;
   // and which (uint32 lists, up to each bucket's capacity, with where each Lion slice's run of them lies),
-  // copied by the worker only when there are some.
+  // copied by the worker (through pinned memory of the moment) only when there are some.
   at::Tensor abstaining_counts, abstaining_counts_host;
-  at::Tensor abstaining, abstaining_host;
-  at::Tensor abstaining_runs, abstaining_runs_host;
+  at::Tensor abstaining, abstaining_runs;
   cudaEvent_t last_use = nullptr;        // the end of the last step's use of the pinned buffers
   // The worker's stream for the votes, the same one every step: the caching allocator keeps its blocks
   // per stream, so the exchange's scratch planes come back at the same addresses, and the peers' UCX
   // finds their cuda_ipc mappings cached instead of opening new ones (a stream from the pool each step
   // cost fresh cudaMallocs, and each mapping a round of context switches on a shared GPU).
   std::optional<c10::cuda::CUDAStream> vote_stream;
+  // The worker's stream for the few small copies of data it has already waited for on the host (the
+  // abstention lists, the votes at a re-vote's elements): a wait on it is not behind the earlier buckets'
+  // exchanges queued on vote_stream (NCCL's, which no host thread otherwise waits for).
+  std::optional<c10::cuda::CUDAStream> copy_stream;
   std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
   std::vector<cudaEvent_t> voted;        // per bucket: its result planes are written (on vote_stream)
   c10::DeviceIndex device = -1;
@@ -102,6 +105,10 @@ constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 // agreement decides as the CPU step's would; a rank with more than the device listed says its lists are
 // too long, and the bucket may go ternary where the CPU step's would not: exact either way, only dearer.
 constexpr size_t kMaxListedAbstentions = size_t{1} << 22;
+// ... and at most one element in this many of the bucket: the device list then costs at most 1/32 of
+// fp32 parameters' bytes (the votes and result planes take 1/8), with room for models where up to 3% of
+// a rank's elements are dead (the digits CNN has ~3%).
+constexpr size_t kListedElementsPerBucketElement = 32;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -136,6 +143,7 @@ struct StepPlan {
   bits::DType dtype;
   cudaStream_t stream;         // the caller's: local update, pack, apply
   c10::cuda::CUDAStream vote_stream;  // the worker's: agreement, exchange and count of each bucket's planes
+  c10::cuda::CUDAStream copy_stream;  // the worker's: small copies of what it has waited for (Buffers)
   c10::Device device;
   int nranks;
   NcclGroup* nccl;             // the group's NCCL side when NCCL carries its CUDA tensors, else null
@@ -222,6 +230,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                     int(ws.device), ", got tensors on ", device);
   ws.device = device.index();
   if (!ws.vote_stream) ws.vote_stream = c10::cuda::getStreamFromPool(false, device.index());
+  if (!ws.copy_stream) ws.copy_stream = c10::cuda::getStreamFromPool(false, device.index());
   const int nranks = backend ? backend->getSize() : 1;
   const StepPlan step{SignPlan::make(nranks, options.mode, VoteKind::kBinary),
                       SignPlan::make(nranks, options.mode, VoteKind::kTernary),
@@ -231,6 +240,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       to_sign_dtype(params[0].scalar_type(), site),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
                       *ws.vote_stream,
+                      *ws.copy_stream,
                       device,
                       nranks,
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()
@@ -253,7 +263,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     total += round_up(size_t(p.numel()), kWord);
   }
   if (total == 0) return true;
-  bucket_elements = std::max(kWord, round_up(bucket_elements, kWord));
+  bucket_elements = std::max(kWord, round_up(std::min(bucket_elements, kMaxBucketElements), kWord));
 
   // Sized before any bucket's vote is queued: the worker holds references into it while later buckets pack.
   if (votes != LionVotes::kExact) memory = nullptr;
@@ -285,7 +295,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
         b.input.memory_key = remembered_union_key(b.begin, b.size);
       }
       b.list_capacity = std::min(abstentions_worth_listing(b.size, nranks, b.remembered, b.input.memory_key),
-                                 std::min(kMaxListedAbstentions, b.size));
+                                 std::min(kMaxListedAbstentions, b.size / kListedElementsPerBucketElement));
       b.list_offset = list_entries;
       list_entries += b.list_capacity;
     }
@@ -324,9 +334,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     ensure_words(ws.abstaining_counts, (buckets.size() + 1) / 2, on_device);
     ensure_words(ws.abstaining_counts_host, (buckets.size() + 1) / 2, pinned);
     ensure_words(ws.abstaining, (list_entries + 1) / 2, on_device);
-    ensure_words(ws.abstaining_host, (list_entries + 1) / 2, pinned);
     ensure_words(ws.abstaining_runs, lion_slices.size(), on_device);  // two uint32 a Lion slice
-    ensure_words(ws.abstaining_runs_host, lion_slices.size(), pinned);
   }
   const size_t table_bytes = (lion_slices.size() + apply_slices.size()) * sizeof(TensorSlice);
   ensure_words(ws.slices_host, round_up(table_bytes, 8) / 8, pinned);
@@ -363,6 +371,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
     // former here; the next step waits for the latter before it reuses or grows those buffers.
     // Unchecked: the error being rethrown is the one to report.
     (void)cudaStreamSynchronize(step.vote_stream.stream());
+    (void)cudaStreamSynchronize(step.copy_stream.stream());
     if (!ws.last_use && cudaEventCreateWithFlags(&ws.last_use, cudaEventDisableTiming) != cudaSuccess) ws.last_use = nullptr;
     if (ws.last_use) (void)cudaEventRecord(ws.last_use, step.stream);
     throw;
@@ -378,31 +387,32 @@ namespace {
 struct AbstentionList {
   const uint32_t* count_host = nullptr;  // pinned: how many there are (the list holds up to the bucket's capacity)
   const uint32_t* device = nullptr;      // the list: each Lion slice's run ascending, the runs in no order
-  uint32_t* host = nullptr;              // pinned room for it
   const uint32_t* runs_device = nullptr;  // per Lion slice of the bucket: (first place, count) of its run
-  uint32_t* runs_host = nullptr;
   size_t nslices = 0;
 };
 
-// The bucket's abstaining elements, ascending, from the device's list: the runs in slice order (the
-// slices lie in ascending order of their words). False if the runs do not add up to `count` (then the
-// rank says its list is too long, which costs bytes, never exactness, and no rank waits on another).
+// The bucket's abstaining elements, ascending, from the device's list (complete: count <= its capacity),
+// copied on `stream`, which has nothing else to wait for: the runs in slice order (the slices lie in
+// ascending order of their words). False if the runs do not add up to `count` or are out of order (then
+// the rank says its list is too long, which costs bytes, never exactness, and every rank still decides
+// from the same header).
 bool abstaining_in_order(const AbstentionList& listed, size_t count, cudaStream_t stream,
                          std::vector<uint32_t>& elements) {
-  C10_CUDA_CHECK(cudaMemcpyAsync(listed.host, listed.device, count * 4, cudaMemcpyDeviceToHost, stream));
-  C10_CUDA_CHECK(cudaMemcpyAsync(listed.runs_host, listed.runs_device, listed.nslices * 8, cudaMemcpyDeviceToHost,
-                                 stream));
+  // Pinned memory of the moment, from torch's caching host allocator: the copies are waited for below.
+  at::Tensor host = at::empty({int64_t(count + 2 * listed.nslices)}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  auto* list = reinterpret_cast<uint32_t*>(host.data_ptr<int32_t>());
+  uint32_t* runs = list + count;
+  C10_CUDA_CHECK(cudaMemcpyAsync(list, listed.device, count * 4, cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaMemcpyAsync(runs, listed.runs_device, listed.nslices * 8, cudaMemcpyDeviceToHost, stream));
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   elements.clear();
   elements.reserve(count);
   for (size_t s = 0; s < listed.nslices; ++s) {
-    const size_t first = listed.runs_host[2 * s], n = listed.runs_host[2 * s + 1];
+    const size_t first = runs[2 * s], n = runs[2 * s + 1];
     if (first + n > count) return false;
-    elements.insert(elements.end(), listed.host + first, listed.host + first + n);
+    elements.insert(elements.end(), list + first, list + first + n);
   }
-  if (elements.size() != count) return false;
-  if (!std::is_sorted(elements.begin(), elements.end())) std::sort(elements.begin(), elements.end());
-  return true;
+  return elements.size() == count && std::is_sorted(elements.begin(), elements.end());
 }
 
 // One bucket's vote, on the worker: the agreement, then the exchange and count of its planes by the
@@ -421,9 +431,10 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
     C10_CUDA_CHECK(cudaEventSynchronize(packed));
     const size_t count = *listed.count_host;
     std::vector<uint32_t> elements;
-    // The list itself only when there is one to read: one more wait, on steps that have abstentions.
+    // The list itself only when there is one to read: one more wait, for a copy alone, on steps that
+    // have abstentions.
     bool complete = count <= b.list_capacity;
-    if (count > 0 && complete) complete = abstaining_in_order(listed, count, stream, elements);
+    if (count > 0 && complete) complete = abstaining_in_order(listed, count, step.copy_stream.stream(), elements);
     if (!complete) elements.clear();
     describe_abstentions(elements, complete, abstention_list_limit(b.size, step.nranks, b.remembered != nullptr),
                          max_revote_list(b.size, step.nranks), b.remembered, b.input);
@@ -464,8 +475,8 @@ void vote_on_bucket(Communicator& comm, BucketPlan& b, const StepPlan& step, uin
   const DeviceVote where{step.device, stream, votes, planes, votes_host, planes_host, voted};
   if (!b.agreed.revote.empty() || !b.agreed.abstain_everywhere.empty()) {
     // binary votes, the few abstentions re-voted (or known to be everyone's)
-    b.plan = revote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket, where, b.agreed.revote,
-                              b.agreed.abstain_everywhere);
+    b.plan = revote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket, where,
+                              step.copy_stream.stream(), b.agreed.revote, b.agreed.abstain_everywhere);
   } else {
     b.plan = vote_on_device(comm, step.nccl, b.size, options, kSignInputOptimizerBucket, where);
   }
@@ -513,10 +524,8 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
       uint32_t* count = reinterpret_cast<uint32_t*>(ws.abstaining_counts.data_ptr()) + k;
       listed.count_host = reinterpret_cast<const uint32_t*>(ws.abstaining_counts_host.data_ptr()) + k;
       listed.device = reinterpret_cast<const uint32_t*>(ws.abstaining.data_ptr()) + b.list_offset;
-      listed.host = reinterpret_cast<uint32_t*>(ws.abstaining_host.data_ptr()) + b.list_offset;
       uint32_t* runs = reinterpret_cast<uint32_t*>(ws.abstaining_runs.data_ptr()) + 2 * b.first_lion;
       listed.runs_device = runs;
-      listed.runs_host = reinterpret_cast<uint32_t*>(ws.abstaining_runs_host.data_ptr()) + 2 * b.first_lion;
       listed.nslices = b.nlion;
       C10_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(uint32_t), stream));
       check_launch(bits::cuda::list_abstentions_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
@@ -536,8 +545,8 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     b.work = backend->run_on_worker(
         "pride:distributed_lion", {},
         [packed, voted, votes, planes, votes_host, planes_host, listed, bucket, &step, layouts_differ, lion_table,
-         keep = std::make_tuple(ws.votes_host, ws.planes_host, ws.abstaining_counts_host, ws.abstaining_host,
-                                ws.abstaining, ws.abstaining_runs, ws.abstaining_runs_host)](Communicator& comm) {
+         keep = std::make_tuple(ws.votes_host, ws.planes_host, ws.abstaining_counts_host, ws.abstaining,
+                                ws.abstaining_runs)](Communicator& comm) {
           (void)keep;
           if (layouts_differ->load()) return;
           c10::cuda::CUDAGuard device_guard(step.device);

@@ -704,9 +704,8 @@ TEST(CudaCompressedAdam, FusedStepsMatchTheCpu) {
   }
 }
 
-TEST(CudaSlices, AbstentionListsAndBinaryAsTernaryFollowTheirDefinition) {
-  SKIP_WITHOUT_GPU();
-  const std::vector<size_t> sizes = {1, 63, 64, 65, 70000, 131073};
+// Tensors of the sizes given, one after the other in the flat index space as the optimizer lays them out.
+void check_abstention_lists_and_binary_as_ternary(const std::vector<size_t>& sizes) {
   std::vector<cuda::TensorSlice> slices;
   std::vector<std::pair<size_t, size_t>> elements;  // (first element, count) of each slice in the flat space
   std::vector<size_t> last_slice_of_tensor;
@@ -797,6 +796,16 @@ TEST(CudaSlices, AbstentionListsAndBinaryAsTernaryFollowTheirDefinition) {
     }
   }
   for (size_t w = W - 2; w < W; ++w) EXPECT_EQ(q[w], garbage[w]) << "a word outside every slice was written";
+}
+
+TEST(CudaSlices, AbstentionListsAndBinaryAsTernaryFollowTheirDefinition) {
+  SKIP_WITHOUT_GPU();
+  check_abstention_lists_and_binary_as_ternary({1, 63, 64, 65, 70000, 131073});
+  if (HasFatalFailure()) return;
+  // Far more slices than blocks (a few per multiprocessor): each block takes many slices in turn.
+  std::vector<size_t> many;
+  for (size_t k = 0; k < 3000; ++k) many.push_back(1 + k * 37 % 200);
+  check_abstention_lists_and_binary_as_ternary(many);
 }
 
 TEST(CudaRevote, GatherAndScatterTheBitsOfListedElements) {

@@ -16,10 +16,26 @@ __device__ inline uint64_t element_mask(uint32_t count, size_t i, size_t words) 
   return (i + 1 == words && tail != 0) ? (uint64_t{1} << tail) - 1 : ~uint64_t{0};
 }
 
-// One block per slice: each thread counts the abstentions of a few consecutive words, a scan of those
-// counts over the block gives each thread where its elements go, and the slice takes its place in the
-// list with one atomicAdd (slices without any, nearly all of them, touch nothing). Within a slice the
-// list is ascending; the slices' runs lie in no particular order, and `runs` says where each is.
+// The inclusive scan of the block's values (Hillis-Steele in shared memory, blockDim.x <= kThreads);
+// every thread may read scan[blockDim.x − 1], the block's sum, until the next __syncthreads.
+__device__ uint32_t block_inclusive_scan(uint32_t value, uint32_t* scan) {
+  scan[threadIdx.x] = value;
+  __syncthreads();
+  for (unsigned d = 1; d < blockDim.x; d <<= 1) {
+    const uint32_t add = threadIdx.x >= d ? scan[threadIdx.x - d] : 0;
+    __syncthreads();
+    scan[threadIdx.x] += add;
+    __syncthreads();
+  }
+  return scan[threadIdx.x];
+}
+
+// One block per slice (launched with kThreads threads: the scan's shared array is that long). The block
+// counts the slice's abstentions, and the slice takes its place in the list with one atomicAdd (slices
+// without any, nearly all of them, touch nothing); then, a chunk of consecutive words at a time (one
+// word a thread, coalesced), a scan of the words' counts gives each thread where its elements go.
+// Within a slice the list is ascending; the slices' runs lie in no particular order, and `runs` says
+// where each is.
 __global__ void list_abstentions_kernel(const TensorSlice* slices, size_t nslices, const uint64_t* pos,
                                         const uint64_t* neg, uint32_t* list, uint32_t capacity, uint32_t* count,
                                         uint32_t* runs) {
@@ -28,36 +44,33 @@ __global__ void list_abstentions_kernel(const TensorSlice* slices, size_t nslice
   for (size_t s = blockIdx.x; s < nslices; s += gridDim.x) {
     const TensorSlice sl = slices[s];
     const size_t words = (size_t{sl.count} + 63) / 64;
-    const size_t per_thread = (words + blockDim.x - 1) / blockDim.x;
-    const size_t first = threadIdx.x * per_thread, last = first + per_thread < words ? first + per_thread : words;
     auto abstaining = [&](size_t i) {
       const size_t w = sl.word + i;
-      return ~(pos[w] | neg[w]) & element_mask(sl.count, i, words);
+      return i < words ? ~(pos[w] | neg[w]) & element_mask(sl.count, i, words) : uint64_t{0};
     };
     uint32_t mine = 0;
-    for (size_t i = first; i < last; ++i) mine += uint32_t(__popcll(abstaining(i)));
-    scan[threadIdx.x] = mine;
-    __syncthreads();
-    for (unsigned d = 1; d < blockDim.x; d <<= 1) {  // inclusive scan of the threads' counts
-      const uint32_t add = threadIdx.x >= d ? scan[threadIdx.x - d] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += add;
-      __syncthreads();
-    }
-    if (threadIdx.x == blockDim.x - 1) {
-      const uint32_t total = scan[threadIdx.x];
+    for (size_t i = threadIdx.x; i < words; i += blockDim.x) mine += uint32_t(__popcll(abstaining(i)));
+    block_inclusive_scan(mine, scan);
+    const uint32_t total = scan[blockDim.x - 1];  // the same on every thread of the block
+    if (threadIdx.x == 0) {
       base = total > 0 ? atomicAdd(count, total) : 0;
       runs[2 * s] = base;
       runs[2 * s + 1] = total;
     }
-    __syncthreads();
-    uint32_t at = base + scan[threadIdx.x] - mine;
-    for (size_t i = first; i < last && at < capacity; ++i) {
-      for (uint64_t a = abstaining(i); a != 0 && at < capacity; a &= a - 1, ++at) {
-        list[at] = uint32_t((sl.word + i) * 64 + uint64_t(__ffsll(static_cast<long long>(a)) - 1));
+    __syncthreads();  // `base` is written; every thread has read the sum
+    if (total == 0) continue;
+    uint32_t offset = base;  // the first place of this chunk's elements
+    for (size_t chunk = 0; chunk < words; chunk += blockDim.x) {
+      const size_t i = chunk + threadIdx.x;
+      const uint64_t a = abstaining(i);
+      const uint32_t n = uint32_t(__popcll(a));
+      uint32_t at = offset + block_inclusive_scan(n, scan) - n;
+      offset += scan[blockDim.x - 1];
+      for (uint64_t b = a; b != 0 && at < capacity; b &= b - 1, ++at) {
+        list[at] = uint32_t((sl.word + i) * 64 + uint64_t(__ffsll(static_cast<long long>(b)) - 1));
       }
+      __syncthreads();  // every thread has read the chunk's sum before the next scan writes `scan`
     }
-    __syncthreads();  // `scan` and `base` are the next slice's
   }
 }
 
