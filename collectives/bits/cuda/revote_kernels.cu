@@ -1,7 +1,7 @@
 // The device side of re-voting a few elements (engine/sign/sparse_abstentions.h; torch_plugin/
 // device_revote.h): gathering this rank's ternary votes at a sorted list of elements into packed words,
 // and writing the re-vote's result bits back into the result planes at those elements. The lists are
-// small next to the bucket (at most a few elements in a thousand), so these kernels are cheap; both write
+// small next to the bucket (re-voting pays only while they are), so these kernels are cheap; both write
 // whole words, each by one thread, and need no atomics.
 #include "collectives/bits/cuda/device_elements.cuh"
 #include "collectives/bits/cuda/kernels.h"
