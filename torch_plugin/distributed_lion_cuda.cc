@@ -101,7 +101,7 @@ constexpr size_t kWord = 64;
 constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 
 // The most abstaining elements of one bucket that the device lists for the exact votes' agreement: 16 MiB
-// of indices on the device and as many pinned. Up to abstentions_worth_listing (bucket_agreement.h) the
+// of indices on the device (the worker's pinned copy is taken only when there is a list). Up to abstentions_worth_listing (bucket_agreement.h) the
 // agreement decides as the CPU step's would; a rank with more than the device listed says its lists are
 // too long, and the bucket may go ternary where the CPU step's would not: exact either way, only dearer.
 constexpr size_t kMaxListedAbstentions = size_t{1} << 22;
@@ -522,19 +522,15 @@ bool pack_vote_apply(PrideBackend* backend, CudaLionWorkspace::Buffers& ws, cons
     AbstentionList listed;
     if (step.votes == LionVotes::kExact) {  // the elements that must abstain, counted with the votes
       uint32_t* count = reinterpret_cast<uint32_t*>(ws.abstaining_counts.data_ptr()) + k;
-      listed.count_host = reinterpret_cast<const uint32_t*>(ws.abstaining_counts_host.data_ptr()) + k;
-      listed.device = reinterpret_cast<const uint32_t*>(ws.abstaining.data_ptr()) + b.list_offset;
+      uint32_t* count_host = reinterpret_cast<uint32_t*>(ws.abstaining_counts_host.data_ptr()) + k;
+      uint32_t* list = reinterpret_cast<uint32_t*>(ws.abstaining.data_ptr()) + b.list_offset;
       uint32_t* runs = reinterpret_cast<uint32_t*>(ws.abstaining_runs.data_ptr()) + 2 * b.first_lion;
-      listed.runs_device = runs;
-      listed.nslices = b.nlion;
+      listed = {count_host, list, runs, b.nlion};
       C10_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(uint32_t), stream));
       check_launch(bits::cuda::list_abstentions_slices(lion_table + b.first_lion, b.nlion, votes, votes + b.nwords,
-                                                       reinterpret_cast<uint32_t*>(ws.abstaining.data_ptr()) +
-                                                           b.list_offset,
-                                                       uint32_t(b.list_capacity), count, runs, stream),
+                                                       list, uint32_t(b.list_capacity), count, runs, stream),
                    step.site, "list_abstentions");
-      C10_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint32_t*>(listed.count_host), count, sizeof(uint32_t),
-                                     cudaMemcpyDeviceToHost, stream));
+      C10_CUDA_CHECK(cudaMemcpyAsync(count_host, count, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
     }
     cudaEvent_t packed = ws.packed[k], voted = ws.voted[k];
     C10_CUDA_CHECK(cudaEventRecord(packed, stream));

@@ -430,7 +430,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                     target, stepped, grads, momenta, float(group["lr"]), float(group["betas"][0]),
                     float(group["betas"][1]), float(group["weight_decay"]), mode, votes,
                     self._bucket_elements(device, dtype), digest, self._workspace(device, dtype), rank,
-                    memory=self._abstention_memory(device, dtype, group_index) if votes == "exact" and target else None)
+                    memory=self._abstention_memory(device, dtype, group_index) if votes == "exact" and target is not None else None)
                 if not agreed:
                     self._raise_layout_mismatch(layout)
                 for p, copy in copies:
