@@ -134,6 +134,11 @@ PYBIND11_MODULE(_C, m) {
         std::vector<size_t> sizes;  // elements of each bucket's remembered union
         for (const auto& b : m.buckets) sizes.push_back(b.elements.size());
         return sizes;
+      })
+      .def_property_readonly("everywhere", [](const pride::torch_plugin::AbstentionMemory& m) {
+        std::vector<size_t> sizes;  // elements of each bucket's union known to abstain on every rank
+        for (const auto& b : m.buckets) sizes.push_back(b.everywhere.size());
+        return sizes;
       });
   m.def("cuda_supported", &PrideBackend::cuda_supported, "Whether this build of pride handles CUDA tensors.");
   m.def("nccl_supported", &PrideBackend::nccl_supported,

@@ -43,8 +43,10 @@ struct CudaLionWorkspace::Buffers {
   std::optional<c10::cuda::CUDAStream> vote_stream;
   // The worker's stream for the few small copies of data it has already waited for on the host (the
   // abstention lists, the votes at a re-vote's elements): a wait on it is not behind the earlier buckets'
-  // exchanges queued on vote_stream (NCCL's, which no host thread otherwise waits for).
-  std::optional<c10::cuda::CUDAStream> copy_stream;
+  // exchanges queued on vote_stream (NCCL's, which no host thread otherwise waits for). A stream of its
+  // own, not one of torch's pool: the pool hands its 32 streams out in turn, so after 32 such requests
+  // in a process this could be another's stream with unrelated work queued, which the waits would wait for.
+  cudaStream_t copy_stream = nullptr;
   std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
   std::vector<cudaEvent_t> voted;        // per bucket: its result planes are written (on vote_stream)
   c10::DeviceIndex device = -1;
@@ -67,6 +69,8 @@ struct CudaLionWorkspace::Buffers {
       if (last_use) cudaEventDestroy(last_use);
       for (cudaEvent_t e : packed) cudaEventDestroy(e);
       for (cudaEvent_t e : voted) cudaEventDestroy(e);
+      if (copy_stream) cudaStreamSynchronize(copy_stream);
+      if (copy_stream) cudaStreamDestroy(copy_stream);
     } catch (...) {
     }
   }
@@ -100,14 +104,16 @@ constexpr size_t kWord = 64;
 // the bucket's size and stay allocated in the communicator's workspace.
 constexpr size_t kOneHostSegmentBytes = size_t{256} << 20;
 
-// The most abstaining elements of one bucket that the device lists for the exact votes' agreement: 16 MiB
-// of indices on the device (the worker's pinned copy is taken only when there is a list). Up to abstentions_worth_listing (bucket_agreement.h) the
-// agreement decides as the CPU step's would; a rank with more than the device listed says its lists are
-// too long, and the bucket may go ternary where the CPU step's would not: exact either way, only dearer.
+// The most abstaining elements of one bucket that the device lists for the exact votes' agreement: 2^22
+// uint32 indices, 16 MiB on the device (the worker takes pinned memory for a copy only when there is a
+// list). Up to abstentions_worth_listing (bucket_agreement.h) and these two caps the agreement decides as
+// the CPU step's would; a rank with more than the device listed says its lists are too long, and the
+// bucket may go ternary where the CPU step's would re-vote: exact either way, only dearer.
 constexpr size_t kMaxListedAbstentions = size_t{1} << 22;
 // ... and at most one element in this many of the bucket: the device list then costs at most 1/32 of
 // fp32 parameters' bytes (the votes and result planes take 1/8), with room for models where up to 3% of
-// a rank's elements are dead (the digits CNN has ~3%).
+// a rank's elements are dead (the digits CNN has ~3%). With a memory the CPU step lists up to about
+// numel / 20 at N = 4 (abstention_list_limit): a CUDA rank with 3-5% abstaining goes ternary there.
 constexpr size_t kListedElementsPerBucketElement = 32;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -230,7 +236,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                     int(ws.device), ", got tensors on ", device);
   ws.device = device.index();
   if (!ws.vote_stream) ws.vote_stream = c10::cuda::getStreamFromPool(false, device.index());
-  if (!ws.copy_stream) ws.copy_stream = c10::cuda::getStreamFromPool(false, device.index());
+  if (!ws.copy_stream) C10_CUDA_CHECK(cudaStreamCreateWithFlags(&ws.copy_stream, cudaStreamNonBlocking));
   const int nranks = backend ? backend->getSize() : 1;
   const StepPlan step{SignPlan::make(nranks, options.mode, VoteKind::kBinary),
                       SignPlan::make(nranks, options.mode, VoteKind::kTernary),
@@ -240,7 +246,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       to_sign_dtype(params[0].scalar_type(), site),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
                       *ws.vote_stream,
-                      *ws.copy_stream,
+                      c10::cuda::getStreamFromExternal(ws.copy_stream, device.index()),
                       device,
                       nranks,
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()

@@ -886,6 +886,14 @@ TEST(SignAllreduce, RevotingRefusesAnUnsortedList) {
   for (auto& e : errors) EXPECT_NE(e.find("re-vote list not sorted"), std::string::npos) << e;
 }
 
+TEST(SignAllreduce, RevotingRefusesAnElementBothReVotedAndAbstainedEverywhere) {
+  auto errors = testing::run_ranks_collect_errors(2, [](Communicator& comm) {
+    std::vector<uint64_t> pos(1, 0), neg(1, 0);
+    sign_allreduce_revoting(comm, pos.data(), neg.data(), 10, {}, 0, {1, 4, 7}, {2, 4, 9});
+  });
+  for (auto& e : errors) EXPECT_NE(e.find("element 4 is both re-voted and abstained everywhere"), std::string::npos) << e;
+}
+
 TEST(SignAllreduce, RanksDisagreeingOnModeAllFail) {
   auto errors = testing::run_ranks_collect_errors(3, [](Communicator& comm) {
     std::vector<float> x(100, 1.0f);

@@ -36,6 +36,9 @@ __device__ uint32_t block_inclusive_scan(uint32_t value, uint32_t* scan) {
 // word a thread, coalesced), a scan of the words' counts gives each thread where its elements go.
 // Within a slice the list is ascending; the slices' runs lie in no particular order, and `runs` says
 // where each is.
+// A slice's element k is bit k of its word `sl.word` on: tensors start on a word of the flat index space
+// and a slice is a whole number of words into its tensor.
+static_assert(kSliceElements % 64 == 0, "slices must start on a word");
 __global__ void list_abstentions_kernel(const TensorSlice* slices, size_t nslices, const uint64_t* pos,
                                         const uint64_t* neg, uint32_t* list, uint32_t capacity, uint32_t* count,
                                         uint32_t* runs) {

@@ -56,6 +56,14 @@ void check_revote_lists(int rank, size_t numel, const std::vector<uint32_t>& rev
                       rank, list == &revote ? "re-vote" : "abstain-everywhere", numel, k);
     }
   }
+  // Disjoint: an element in both would get two values, and the CPU patch and the device scatter would
+  // keep different ones. Both lists are sorted, so one walk finds a shared element.
+  for (size_t u = 0, e = 0; u < revote.size() && e < abstain_everywhere.size();) {
+    PRIDE_CHECK_ARG(revote[u] != abstain_everywhere[e],
+                    "rank {}: sign_allreduce_revoting: element {} is both re-voted and abstained everywhere", rank,
+                    revote[u]);
+    if (revote[u] < abstain_everywhere[e]) ++u; else ++e;
+  }
 }
 
 std::vector<uint64_t> votes_at(const uint64_t* pos, const uint64_t* neg, const std::vector<uint32_t>& revote) {
