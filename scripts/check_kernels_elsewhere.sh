@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
   clang|aarch64|all) ;;
   *) echo "check_kernels_elsewhere: unknown target '$what' (clang, aarch64 or all; see --help)"; exit 2 ;;
 esac

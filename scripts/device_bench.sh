@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD="$2"; shift 2 ;;
     --quick) PARAMS=20e6; shift ;;
     --cpu) CPU_ONLY=1; shift ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "device_bench: unknown option $1 (see --help)"; exit 2 ;;
   esac
 done

@@ -18,7 +18,7 @@ MODE=address
 BUILD_ONLY=0
 for arg in "$@"; do
   case "$arg" in
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     --thread) MODE=thread ;;
     --ci) MODE=ci ;;
     --build-only) BUILD_ONLY=1 ;;

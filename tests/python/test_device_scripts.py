@@ -52,3 +52,82 @@ def test_device_test_refuses_bad_options_and_missing_wheels(tmp_path):
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
     proc = subprocess.run(["bash", "scripts/device_test.sh", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and "--budget S" in proc.stdout and "--pytest-k EXPR" in proc.stdout
+
+
+def test_every_scripts_help_prints_its_whole_header():
+    # Each script's --help prints its opening comment (where the options are written down). Fixed line
+    # ranges drifted as the comments grew and cut off usage lines; the header must come out whole.
+    scripts = sorted(f for f in os.listdir(os.path.join(ROOT, "scripts"))
+                     if f.endswith(".sh") and f != "phase_budget.sh")  # phase_budget.sh is sourced, not run
+    assert "device_test.sh" in scripts and "test.sh" in scripts
+    for name in scripts:
+        path = os.path.join(ROOT, "scripts", name)
+        header = []
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if number == 1:
+                    continue
+                if not line.startswith("#"):
+                    break
+                header.append(line.rstrip("\n"))
+        assert header, name
+        proc = subprocess.run(["bash", path, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+        printed = proc.stdout.splitlines()
+        missing = [line for line in header if line not in printed]
+        assert not missing, (name, missing)
+
+
+def _stand_in_python(tmp_path, first_build_output):
+    # A python3 for device_test.sh whose pip "builds" by logging its arguments: the first build fails
+    # with the given output, a build without precompiled headers succeeds; pytest passes one test.
+    calls = tmp_path / "builds.txt"
+    output = tmp_path / "first-build-output.txt"
+    output.write_text(first_build_output + "\n")
+    script = tmp_path / "python3"
+    script.write_text(f"""#!/usr/bin/env bash
+case "$*" in
+  *"pip install"*build-dir*)
+    echo "$*" >>{calls}
+    case "$*" in *CMAKE_DISABLE_PRECOMPILE_HEADERS=ON*) exit 0 ;; esac
+    cat {output}; exit 1 ;;
+  *"pip install"*) exit 0 ;;
+  *"-m pytest"*) echo "1 passed in 0.01s"; exit 0 ;;
+  *) exit 1 ;;
+esac
+""")
+    script.chmod(0o755)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "stand_in-1.0-py3-none-any.whl").write_bytes(b"")
+    return script, wheels, calls
+
+
+def test_device_test_builds_again_without_precompiled_headers_only_when_they_failed(tmp_path):
+    for output, retried in (
+            ("[12/160] Building CXX object torch_plugin/CMakeFiles/pride_torch_plugin.dir/cmake_pch.hxx.gch\n"
+             "FAILED: torch_plugin/CMakeFiles/pride_torch_plugin.dir/cmake_pch.hxx.gch", True),
+            # cmake_pch in a progress line, the failure elsewhere: the build is not tried again
+            ("[12/160] Building CXX object torch_plugin/CMakeFiles/pride_torch_plugin.dir/cmake_pch.hxx.gch\n"
+             "FAILED: torch_plugin/CMakeFiles/pride_torch_plugin.dir/level_vote.cc.o\n"
+             "level_vote.cc:10: error: expected ';'", False)):
+        case = tmp_path / ("retried" if retried else "not_retried")
+        case.mkdir()
+        python, wheels, calls = _stand_in_python(case, output)
+        out = case / "out"
+        proc = subprocess.run(["bash", "scripts/device_test.sh", "--files", str(wheels), "--out", str(out),
+                               "--suite", "pytest", "--pytest-k", "nothing"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60,
+                              env={**os.environ, "PRIDE_PY": str(python), "PRIDE_DEVICE_BUILD": str(case / "build"),
+                                   "PRIDE_DEVICE_SITE": str(case / "site")})
+        builds = calls.read_text().splitlines()
+        summary = (out / "summary.md").read_text()
+        if retried:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert len(builds) == 2 and "CMAKE_DISABLE_PRECOMPILE_HEADERS=ON" in builds[1], builds
+            assert "without them" in summary and "- build: ok" in summary, summary
+            assert (out / "build-pch.log").exists()
+        else:
+            assert proc.returncode == 1 and "build failed" in proc.stdout, proc.stdout + proc.stderr
+            assert len(builds) == 1, builds
+            assert "- build: FAILED" in summary, summary
