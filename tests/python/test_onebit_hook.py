@@ -1,6 +1,7 @@
 """pride.ddp_hooks.onebit_hook's error-feedback state under DDP's changing buckets: resume against the
 uninterrupted run bit for bit, start_iter 0 and 1 against a float64 reference of the compressed
-allreduce with errors kept per parameter layout, and state dicts saved in the old (bucket index) format.
+allreduce with errors kept per parameter layout, state dicts saved in the old (bucket index) format or
+by rank 0 only, and an overflow under GradScaler against DDP's own hook.
 
 The model uses three same-shaped layers in forward in another order than registered (a, c, b, d), so
 DDP's buckets after its rebuild (the order gradients become ready) differ from its initial ones (all
@@ -124,8 +125,11 @@ def _start_iter_worker(rank, world_size, store_path):
     # start_iter 0: DDP's initial buckets (reverse registration order, bucket indices later taken by other
     # parameters of the same numel) compressed in iteration 0; under static_graph DDP rebuilds after its
     # second iteration. With bucket_cap_mb its single initial bucket is compressed, then split.
+    # With DDP's defaults the model is one bucket throughout, its parameters in another order after the
+    # rebuild: the rebuilt bucket starts from zero errors and is compressed whole (until the hook kept the
+    # initial layout's errors and split every later bucket to use them).
     for start_iter, ddp_kwargs in ((0, _PER_PARAMETER), (0, {**_PER_PARAMETER, "static_graph": True}),
-                                   (1, {**_CAP, "static_graph": True}), (0, _CAP)):
+                                   (1, {**_CAP, "static_graph": True}), (0, _CAP), (0, {})):
         _check_start_iter(rank, world_size, start_iter, ddp_kwargs)
     dist.destroy_process_group()
 
@@ -264,3 +268,131 @@ def test_old_format_state_dict_loads_without_its_errors(caplog):
         state.load_state_dict({"iter": 1, "start_iter": 3, "errors": {}})  # nothing to drop: no warning
     assert not caplog.records and state.iter == 1
     harness.run(_old_format_worker, 2)
+
+
+# ---- 4. Rank 0's state loaded on every rank (the usual DDP checkpoint idiom) ------------------------
+
+def _rank0_checkpoint_worker(rank, world_size, store_path, path):
+    import pride
+    from torch.nn.parallel import DistributedDataParallel
+
+    harness.init_group(rank, world_size, store_path, timeout_s=30)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("pride").addHandler(handler)
+
+    def build():
+        torch.manual_seed(0)
+        net = _Net()
+        ddp = DistributedDataParallel(net, **_CAP)
+        state = pride.ddp_hooks.OneBitHookState(start_iter=2, model=ddp)
+        ddp.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
+        return net, ddp, torch.optim.SGD(net.parameters(), lr=0.05), state
+
+    net, ddp, opt, state = build()
+    _train(ddp, opt, range(4))
+    if rank == 0:
+        torch.save({"model": net.state_dict(), "hook": state.state_dict()}, path)
+    dist.barrier()
+    # A fresh model: DDP's first bucket holds every parameter, a union of the two saved layouts. Rank 0
+    # splits it by layout with its errors; every other rank must split it the same way, with zeros (rank
+    # 1 used to drop the layouts and compress the bucket whole: the ranks' calls differed).
+    net, ddp, opt, state = build()
+    saved = torch.load(path, weights_only=True)
+    net.load_state_dict(saved["model"])
+    state.load_state_dict(saved["hook"])
+    _train(ddp, opt, range(4, 7))
+    _assert_replicas_equal(net.parameters())
+    logging.getLogger("pride").removeHandler(handler)
+    warned = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    if rank == 0:
+        assert not warned, warned
+    else:
+        assert len(warned) == 1 and "saved by rank 0 of 2" in warned[0] and "restart at zero" in warned[0], warned
+    assert len(state.layout_errors) == 2 and all(len(k) == 4 for k in state.layout_errors), list(state.layout_errors)
+    dist.destroy_process_group()
+
+
+def test_rank_0s_state_loaded_on_every_rank_keeps_the_ranks_calls_alike(tmp_path):
+    harness.run(_rank0_checkpoint_worker, 2, str(tmp_path / "hook.pt"), deadline_s=120)
+
+
+# ---- 5. A bucket split by saved layout passes a collective's error on as an error --------------------
+
+def _split_error_worker(rank, world_size, store_path, path):
+    import pride
+    from torch.nn.parallel import DistributedDataParallel
+
+    harness.init_group(rank, world_size, store_path, timeout_s=30)
+    torch.manual_seed(0)
+    net = _Net()
+    ddp = DistributedDataParallel(net, **_CAP)
+    state = pride.ddp_hooks.OneBitHookState(start_iter=0, model=ddp)
+    ddp.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    _train(ddp, opt, range(3))
+    saved = state.state_dict()
+    # Only rank 0 resumes (a user's mistake): it splits DDP's first bucket of a fresh model by its saved
+    # layouts, rank 1 compresses it whole, and pride's check of the calls fails on both.
+    torch.manual_seed(0)
+    net = _Net()
+    ddp = DistributedDataParallel(net, **_CAP)
+    state = pride.ddp_hooks.OneBitHookState(start_iter=0, model=ddp)
+    if rank == 0:
+        state.load_state_dict(saved)
+    ddp.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
+    with pytest.raises(Exception) as failure:
+        _loss(ddp, 3, rank).backward()
+    # DDP reads the future's error from C++: it must be the collective's message (a Python value set with
+    # set_exception came out as "Unable to cast ... to Tensor").
+    message = str(failure.value)
+    assert "compressed_allreduce" in message and "Unable to cast" not in message, message
+
+
+def test_a_split_buckets_collective_error_reaches_ddp_as_an_error(tmp_path):
+    harness.run(_split_error_worker, 2, str(tmp_path / "hook.pt"), deadline_s=120)
+
+
+# ---- 6. An overflow under GradScaler on one rank: skipped on every rank, then training goes on ------
+
+def _overflow_worker(rank, world_size, store_path):
+    import pride
+    from torch.nn.parallel import DistributedDataParallel
+
+    harness.init_group(rank, world_size, store_path)
+    trajectories = {}
+    for hooked in (False, True):
+        torch.manual_seed(0)
+        net = _Net()
+        ddp = DistributedDataParallel(net)
+        if hooked:
+            state = pride.ddp_hooks.OneBitHookState(start_iter=2, model=ddp)
+            ddp.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
+        opt = torch.optim.SGD(net.parameters(), lr=0.05)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        trajectory = []
+        for step in range(8):
+            opt.zero_grad()
+            loss = _loss(ddp, step, rank)
+            if step == 4 and rank == 1:
+                loss = loss * 1e38  # scaled by 1024: an overflow, on one rank only
+            scaler.scale(loss).backward()
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in net.parameters())
+            scaler.step(opt)
+            scaler.update()
+            trajectory.append((step, finite, scaler.get_scale()))
+        trajectories[hooked] = trajectory
+        if hooked:
+            assert all(torch.isfinite(w).all() and torch.isfinite(s).all() for w, s in state.layout_errors.values())
+            _assert_replicas_equal(net.parameters())
+    # DDP's own hook is the oracle: the overflowed step is skipped on every rank, and the scale halves once.
+    # (The hook's errors used to stay non-finite after it: every later step was skipped, the scale halving
+    # each time.)
+    assert trajectories[True] == trajectories[False], trajectories
+    assert [f for _, f, _ in trajectories[True]] == [True] * 4 + [False] + [True] * 3, trajectories[True]
+    dist.destroy_process_group()
+
+
+def test_an_overflow_under_grad_scaler_is_skipped_once_as_with_ddps_own_hook():
+    harness.run(_overflow_worker, 2)

@@ -89,9 +89,17 @@ class OneBitHookState:
       with other parameters are dropped. Errors of layouts no bucket used in an iteration are dropped
       at its end.
 
-    Hence start_iter 0 and 1 are safe: the errors of buckets compressed before DDP's rebuild never
-    reach other parameters; when DDP rebuilds, the compression error of the iterations before it
-    (one iteration's worth, bounded as any error-feedback residual) is dropped instead of fed back.
+    Only layouts loaded from a state dict make up a bucket of other parameters or order; a rebuilt
+    bucket that merely reorders or merges this run's own layouts starts from zero errors. Hence start_iter
+    0 and 1 are safe: the errors of buckets compressed before DDP's rebuild never reach other
+    parameters; when DDP rebuilds, the compression error of the iterations before it (one iteration's
+    worth, bounded as any error-feedback residual) is dropped instead of fed back, and the rebuilt
+    buckets are compressed whole from then on.
+
+    An iteration whose compressed mean is not finite (an overflow on some rank under
+    ``torch.amp.GradScaler``, which then skips the step on every rank, as with DDP's own hook) restarts
+    that bucket's errors at zero on every rank: an overflowed rank's errors would otherwise stay
+    infinite and make every later mean non-finite.
 
     ``state_dict()`` / ``load_state_dict()`` save and restore the count, start_iter and this rank's
     errors by layout (torch.save / torch.load(weights_only=True) work); save every rank's and load it
@@ -100,8 +108,10 @@ class OneBitHookState:
     checkpoint taken before DDP's rebuild, e.g. after one iteration with start_iter 0, resumes with
     the right errors but not bit for bit: the buckets that run went on with are not known yet. A
     checkpoint loaded into a DDP model with larger buckets keeps compressing in the saved layouts.)
-    Errors saved by another rank or world size, or that no longer fit their layout's size, are
-    dropped with a warning. A state dict of the old format (errors keyed by bucket index, from pride
+    Errors saved by another rank or world size (rank 0's state loaded on every rank, say) restart at
+    zero, with a warning, but their layouts are kept: every rank then compresses DDP's buckets in the
+    same units, whichever state it loaded. Errors that no longer fit their layout's size are dropped
+    with a warning. A state dict of the old format (errors keyed by bucket index, from pride
     before the layouts) is loaded without its errors, with a warning: an index does not say which
     parameters they belong to.
 
@@ -122,6 +132,8 @@ class OneBitHookState:
         self._used = set()  # layouts compressed in this iteration
         self._loaded = set()  # layouts loaded and not compressed since
         self._saved_by = None  # (rank, world size) of a loaded state dict, checked at first use
+        self._restored = set()  # layouts loaded from a state dict (until dropped): only they may make up
+        # a DDP bucket of other parameters or order (see _units)
 
     @property
     def errors(self):
@@ -156,6 +168,7 @@ class OneBitHookState:
             if entry.get("bucket_index", -1) >= 0:
                 self._bucket_index[layout] = entry["bucket_index"]
         self._loaded = set(self.layout_errors)
+        self._restored = set(self.layout_errors)
         self._saved_by = (state.get("rank"), state.get("world_size")) if self.layout_errors else None
 
     # ---- layouts ------------------------------------------------------------------------------------
@@ -177,6 +190,7 @@ class OneBitHookState:
                 del self._owner[name]
             loaded += layout in self._loaded
             self._loaded.discard(layout)
+            self._restored.discard(layout)
         if loaded:
             _log.warning("onebit_hook: %d error buffers of the loaded OneBitHookState are dropped: %s. Resume "
                          "with the DDP settings and model of the saved run to keep them.", loaded, why)
@@ -219,15 +233,29 @@ class OneBitHookState:
             saved_by, self._saved_by = self._saved_by, None
             here = _rank_and_world(self.process_group)
             if saved_by != here and saved_by != (None, None):
-                self._drop(list(self.layout_errors), f"they were saved by rank {saved_by[0]} of {saved_by[1]}, "
-                           f"this is rank {here[0]} of {here[1]}; save and load each rank's own state")
+                # Another rank's errors are not this rank's, but their layouts are every rank's: a rank that
+                # dropped them would compress a fresh DDP model's buckets whole while the ranks that loaded
+                # their own state split them by saved layout, and the ranks' calls would differ.
+                from .collectives import compressed_allreduce_server_numel
+
+                for saved, (worker, _) in self.layout_errors.items():  # this rank's share of the owners' part
+                    owned = compressed_allreduce_server_numel(worker.numel(), self.process_group)
+                    self.layout_errors[saved] = (torch.zeros_like(worker), worker.new_zeros(owned))
+                _log.warning("onebit_hook: the %d error buffers of the loaded OneBitHookState were saved by rank "
+                             "%s of %s, this is rank %s of %s: they restart at zero (their layouts are kept). Save "
+                             "and load each rank's own state to keep them.", len(self.layout_errors), saved_by[0],
+                             saved_by[1], here[0], here[1])
         if layout in self.layout_errors:
             units = [layout]
         else:
             owners = list(dict.fromkeys(self._owner[n] for n in layout if n in self._owner))
             names = set(layout)
+            # Only loaded layouts are worth a split: they continue a saved run (a fresh DDP model's first
+            # buckets). This run's own layouts in a rebuilt bucket (merged, or the same parameters in the
+            # order their gradients became ready) would otherwise be split on every later iteration, a copy
+            # out and back of the bucket each time, to keep one iteration's residual.
             if (splittable and owners and sum(map(len, owners)) == len(layout)
-                    and all(names.issuperset(k) for k in owners)):
+                    and all(names.issuperset(k) and k in self._restored for k in owners)):
                 units = owners  # ordered by their first parameter in the bucket: the same on every rank
             else:
                 self._drop(owners, f"DDP's bucket {index} {layout} does not match their buckets")
@@ -281,13 +309,19 @@ def onebit_hook(state: OneBitHookState, bucket: dist.GradBucket) -> torch.future
     allreduce (pride.compressed_allreduce: signs and one scale per rank, error feedback on workers and
     owners), 2(N-1)/N bits per element instead of DDP's 2(N-1)/N x 32. Any optimizer then runs on the
     compressed mean, the same on every rank. The first ``state.start_iter`` iterations use a plain
-    float32 allreduce. Needs a pride process group::
+    allreduce of the mean in the bucket's dtype, as DDP's default hook. Needs a pride process group::
 
         state = pride.ddp_hooks.OneBitHookState(start_iter=10, model=ddp_model)
         ddp_model.register_comm_hook(state, pride.ddp_hooks.onebit_hook)
 
     Errors are kept per parameter layout (see OneBitHookState), so they stay with their parameters
     through DDP's bucket rebuild and a save and load.
+
+    One difference from DDP's default hook: with ``find_unused_parameters=True`` and
+    ``gradient_as_bucket_view=True``, a parameter no rank used keeps its place in the compressed bucket,
+    and its gradient (zeros, unless zero_grad sets gradients to None) comes back as the compressed mean's
+    ±scale there, so an optimizer moves it. Zero gradients set to None, or leave gradient_as_bucket_view
+    off, where unused parameters must stay put.
     """
     from .collectives import compressed_allreduce
 
@@ -315,6 +349,7 @@ def onebit_hook(state: OneBitHookState, bucket: dist.GradBucket) -> torch.future
 
         def written_back(fut):
             fut.value()
+            _restart_errors_if_not_finite(flat, worker, server)
             if flat is not buffer:
                 buffer.copy_(flat)
             return buffer
@@ -344,7 +379,8 @@ def onebit_hook(state: OneBitHookState, bucket: dist.GradBucket) -> torch.future
         try:
             for f in all_done.value():
                 f.wait()
-            for unit, flat, _, _ in flats:
+            for unit, flat, worker, server in flats:
+                _restart_errors_if_not_finite(flat, worker, server)
                 offset = 0
                 for name in unit:
                     part = slices[name]
@@ -356,4 +392,25 @@ def onebit_hook(state: OneBitHookState, bucket: dist.GradBucket) -> torch.future
         done.set_result(buffer)
 
     torch.futures.collect_all(futures).then(scattered_back)
-    return done
+    # set_exception keeps the error as a Python value that DDP's C++ side cannot read (it reported "Unable
+    # to cast ... to Tensor"); a callback that raises it gives the future DDP waits on a real error.
+    return done.then(lambda f: f.value())
+
+
+def _restart_errors_if_not_finite(mean, worker, server):
+    """Zeros a unit's errors where its compressed mean is not finite. The mean is every rank's same
+    result, so every rank restarts together. An overflowed rank's worker error, and the owners' server
+    errors that averaged it, would otherwise stay non-finite and make every later mean so; GradScaler
+    skips the overflowed iteration on every rank, as it does with DDP's own hook."""
+    if mean.numel() == 0:
+        return
+    # aminmax: one pass without a temporary (isfinite().all() is an order of magnitude slower), and NaN
+    # propagates to both ends.
+    low, high = torch.aminmax(mean)
+    finite = torch.isfinite(low) & torch.isfinite(high)
+    if mean.is_cuda:  # no host synchronisation inside DDP's pipeline
+        worker.masked_fill_(~finite, 0.0)
+        server.masked_fill_(~finite, 0.0)
+    elif not finite:
+        worker.zero_()
+        server.zero_()
