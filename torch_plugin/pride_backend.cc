@@ -1,6 +1,7 @@
 #include "torch_plugin/pride_backend.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
 
 #include <sched.h>
@@ -249,6 +250,13 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const ch
 }
 
 void PrideBackend::worker_loop() {
+  // The tasks write results into the caller's tensors (copies back from staging, flattened or sparse
+  // results, received messages): as the collective's own data movement, below autograd and inference
+  // mode, as Gloo's raw writes are. A leaf parameter that requires grad (broadcast of a transposed view,
+  // a channels_last weight) and an inference tensor (all_gather of a list under torch.inference_mode)
+  // otherwise refused the copy after the exchange, and failed the group. Autograd's version counters are
+  // the dispatcher's c10d ops' to bump, on the caller's thread.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
   uint64_t idle_rounds = 0;
   for (;;) {
     Queued next;

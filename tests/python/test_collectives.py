@@ -342,6 +342,44 @@ def test_outputs_whose_elements_share_memory_are_refused_before_sending():
     run(_self_overlapping_outputs, 2)
 
 
+def _results_into_autograd_and_inference_tensors(rank, world, store_path):
+    # Results written into tensors autograd or inference mode guard, as Gloo writes them: pride's worker
+    # copies them back below autograd (it refused the copy after the exchange, and the group failed).
+    init_group(rank, world, store_path)
+    gloo = dist.new_group(backend="gloo")
+    results = {}
+    for name, group in (("pride", None), ("gloo", gloo)):
+        got = results.setdefault(name, {})
+        with torch.inference_mode():
+            gathered = [torch.zeros(2) for _ in range(world)]
+            dist.all_gather(gathered, torch.full((2,), float(rank)), group=group)  # the list form: copied back
+            got["all_gather under inference_mode"] = torch.stack(gathered)
+            x = torch.arange(6.0).reshape(2, 3).t() + rank  # non-contiguous: reduced in a copy
+            dist.all_reduce(x, group=group)
+            got["all_reduce of a non-contiguous tensor under inference_mode"] = x.clone()
+        weight = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3) * (rank + 1))
+        view = weight.t()  # a view of a leaf that requires grad, as torch's own collectives take it
+        dist.all_reduce(view, group=group)
+        got["all_reduce of a parameter's transposed view"] = weight.detach().clone()
+        conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            conv.weight.copy_(torch.arange(conv.weight.numel(), dtype=torch.float32).reshape(conv.weight.shape)
+                              * (rank + 1))
+        dist.broadcast(conv.weight, src=world - 1, group=group)
+        got["broadcast of a channels_last weight"] = conv.weight.detach().clone()
+        assert weight.requires_grad and conv.weight.requires_grad and weight.grad_fn is None
+    for what, want in results["gloo"].items():
+        assert torch.equal(results["pride"][what], want), (what, results["pride"][what], want)
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the group goes on working
+    assert torch.equal(t, torch.full((3,), float(world)))
+    dist.destroy_process_group()
+
+
+def test_results_into_autograd_and_inference_tensors_as_gloo_writes_them():
+    run(_results_into_autograd_and_inference_tensors, 2)
+
+
 def _tree_order_sum(xs):
     """pride's small-buffer allreduce order in plain float32 (collectives/engine/standard/allreduce.cc):
     ranks p2..N-1 fold into rank r - p2 (leaf i is x[i] + x[i + p2]), then a balanced tree over the
