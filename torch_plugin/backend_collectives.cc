@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "torch_plugin/coalesced_work.h"
 #include "torch_plugin/host_staging.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
@@ -233,7 +234,9 @@ intrusive_ptr<Work> PrideBackend::allgather_coalesced(std::vector<std::vector<at
     std::vector<at::Tensor> in{inputs[i]};
     works.push_back(allgather(out, in, opts));
   }
-  return works.empty() ? barrier({}) : works.back();  // the queue is ordered: the last one completes last
+  if (works.empty()) return barrier({});
+  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::ALLGATHER_COALESCED, "pride:allgather_coalesced",
+                                            std::move(works));
 }
 
 intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -242,9 +245,12 @@ intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                     "pride allgather_into_tensor_coalesced (rank ", getRank(), "): ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
-  intrusive_ptr<Work> last;
-  for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
-  return last ? last : barrier({});
+  std::vector<intrusive_ptr<Work>> works;
+  for (size_t i = 0; i < inputs.size(); ++i) works.push_back(_allgather_base(outputs[i], inputs[i], opts));
+  if (works.empty()) return barrier({});
+  // OpType::COALESCED: torch 2.11's OpType has no value of its own for this call or the reduce-scatter one.
+  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::COALESCED,
+                                            "pride:allgather_into_tensor_coalesced", std::move(works));
 }
 
 intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
@@ -362,9 +368,11 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter_tensor_coalesced(std::vector<at
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                     "pride reduce_scatter_tensor_coalesced (rank ", getRank(), "): ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
-  intrusive_ptr<Work> last;
-  for (size_t i = 0; i < inputs.size(); ++i) last = _reduce_scatter_base(outputs[i], inputs[i], opts);
-  return last ? last : barrier({});
+  std::vector<intrusive_ptr<Work>> works;
+  for (size_t i = 0; i < inputs.size(); ++i) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+  if (works.empty()) return barrier({});
+  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::COALESCED,
+                                            "pride:reduce_scatter_tensor_coalesced", std::move(works));
 }
 
 intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& input,

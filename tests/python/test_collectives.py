@@ -380,6 +380,52 @@ def test_results_into_autograd_and_inference_tensors_as_gloo_writes_them():
     run(_results_into_autograd_and_inference_tensors, 2)
 
 
+def _coalesced_calls(rank, world, store_path):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    init_group(rank, world, store_path)
+    # Several parts, every one written: the coalesced Work ends when all have, its future holds them all.
+    outs = [torch.full((3 * world,), -1.0), torch.full((5 * world,), -1.0)]
+    with _coalescing_manager(async_ops=True) as cm:
+        dist.all_gather_into_tensor(outs[0], torch.full((3,), float(rank)))
+        dist.all_gather_into_tensor(outs[1], torch.full((5,), float(rank + 10)))
+    cm.wait()
+    assert torch.equal(outs[0], torch.arange(world).float().repeat_interleave(3))
+    assert torch.equal(outs[1], (torch.arange(world) + 10).float().repeat_interleave(5))
+    parts = [torch.full((2,), -1.0), torch.full((4,), -1.0)]
+    with _coalescing_manager(async_ops=True) as cm:
+        dist.reduce_scatter_tensor(parts[0], torch.arange(2.0 * world) + rank)
+        dist.reduce_scatter_tensor(parts[1], torch.arange(4.0 * world) * (rank + 1))
+    (work,) = cm.works
+    assert all(torch.equal(a, b) for a, b in zip(work.get_future().wait(), parts))
+    assert work.is_completed() and work.is_success()
+    assert torch.equal(parts[0], world * torch.arange(2.0 * rank, 2.0 * rank + 2) + sum(range(world)))
+    assert torch.equal(parts[1], torch.arange(4.0 * rank, 4.0 * rank + 4) * sum(range(1, world + 1)))
+    # A part that fails (the ranks' sizes differ) fails the whole call, though a later part succeeds: the
+    # last part's Work alone said success, with the first output never written.
+    n = 2 + rank
+    with pytest.raises(RuntimeError, match="ranks disagree"):
+        with _coalescing_manager(async_ops=True) as cm:
+            dist.all_gather_into_tensor(torch.empty(n * world), torch.ones(n))
+            dist.all_gather_into_tensor(torch.empty(2 * world), torch.ones(2))
+        cm.wait()
+    with pytest.raises(RuntimeError, match="ranks disagree"):
+        with _coalescing_manager(async_ops=True) as cm:
+            dist.reduce_scatter_tensor(torch.empty(n), torch.ones(n * world))
+            dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world))
+        cm.works[0].get_future().wait()
+    with pytest.raises(RuntimeError, match="ranks disagree"):
+        dist.all_gather_coalesced([[torch.empty(n), torch.empty(2)] for _ in range(world)], [torch.ones(n), torch.ones(2)])
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the group goes on working
+    assert torch.equal(t, torch.full((3,), float(world)))
+    dist.destroy_process_group()
+
+
+def test_coalesced_calls_end_with_every_part_and_fail_with_any():
+    run(_coalesced_calls, 2)
+
+
 def _tree_order_sum(xs):
     """pride's small-buffer allreduce order in plain float32 (collectives/engine/standard/allreduce.cc):
     ranks p2..N-1 fold into rank r - p2 (leaf i is x[i] + x[i + p2]), then a balanced tree over the
