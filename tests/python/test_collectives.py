@@ -426,6 +426,32 @@ def test_coalesced_calls_end_with_every_part_and_fail_with_any():
     run(_coalesced_calls, 2)
 
 
+def _sparse_tensors_that_differ(rank, world, store_path):
+    # Ranks whose sparse tensors differ in sizes, dtype or sparse dims are refused on every rank, naming
+    # a peer and both tensors (as Gloo refuses them); the entries of a larger tensor summed into a smaller
+    # one made an invalid tensor. The group goes on.
+    init_group(rank, world, store_path)
+    cases = {
+        "sizes": torch.sparse_coo_tensor([[0]], [1.0], (4 + rank,)),
+        "dtype": torch.sparse_coo_tensor([[0]], torch.ones(1, dtype=torch.float32 if rank == 0 else torch.float64), (4,)),
+        "sparse dims": (torch.sparse_coo_tensor([[0], [1]], [1.0], (4, 4)) if rank == 0
+                        else torch.sparse_coo_tensor([[0]], torch.ones(1, 4), (4, 4))),
+        "a size past the 8th": torch.sparse_coo_tensor([[0]] * 9, [1.0], (2,) * 8 + (2 + rank,)),
+    }
+    for what, t in cases.items():
+        with pytest.raises(RuntimeError, match=rf"pride rank {rank}/{world}: allreduce of a sparse tensor: the ranks' "
+                                               rf"tensors differ: this rank's is .* peer {1 - rank}'s"):
+            dist.all_reduce(t)
+    same = torch.sparse_coo_tensor([[rank, 3]], [1.0, 2.0], (5,))
+    dist.all_reduce(same)
+    assert torch.equal(same.to_dense(), torch.tensor([1.0, 1.0, 0.0, 4.0, 0.0]))
+    dist.destroy_process_group()
+
+
+def test_sparse_tensors_that_differ_across_ranks_are_refused_on_every_rank():
+    run(_sparse_tensors_that_differ, 2)
+
+
 def _tree_order_sum(xs):
     """pride's small-buffer allreduce order in plain float32 (collectives/engine/standard/allreduce.cc):
     ranks p2..N-1 fold into rank r - p2 (leaf i is x[i] + x[i + p2]), then a balanced tree over the
