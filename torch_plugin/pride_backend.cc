@@ -176,7 +176,18 @@ void PrideBackend::stop_worker() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> PrideBackend::getBackendOptions() {
+  std::lock_guard<std::mutex> lock(mutex_);
   return c10::make_intrusive<Options>("pride", timeout_);
+}
+
+void PrideBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(timeout.count() > 0, "pride set_timeout (rank ", getRank(), "): the timeout must be positive, got ",
+                    timeout.count(), " ms");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timeout_ = timeout;
+    timeout_requested_ = timeout;
+  }
 }
 
 void PrideBackend::shutdown() {
@@ -284,6 +295,10 @@ void PrideBackend::worker_loop() {
       if (reset_traffic_requested_) {
         comm_->reset_traffic();
         reset_traffic_requested_ = false;
+      }
+      if (timeout_requested_) {
+        comm_->set_timeout(*timeout_requested_);  // the communicator is the worker's: set between tasks
+        timeout_requested_.reset();
       }
     }
     if (next.work) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -44,6 +45,9 @@ class PrideBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "pride"; }
   c10::intrusive_ptr<Options> getBackendOptions() override;
+  // dist.set_timeout / _set_pg_timeout: operations this rank starts from now on (queued ones included)
+  // give up after `timeout`; p2p already posted keeps its deadline. Gloo's contexts take it at once too.
+  void setTimeout(std::chrono::milliseconds timeout) override;
   // destroy_process_group(): queued work finishes, the ranks say goodbye, connections close quietly.
   void shutdown() override;
   // torch's abort path: the collective in progress and everything queued fail now, the peers are told,
@@ -194,6 +198,7 @@ class PrideBackend : public c10d::Backend {
   std::deque<Queued> queue_;
   bool stopping_ = false;
   bool reset_traffic_requested_ = false;
+  std::optional<std::chrono::milliseconds> timeout_requested_;  // for the worker, before its next task
   std::atomic<uint64_t> issued_{0};
   std::map<std::string, TrafficCounters> traffic_snapshot_;
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // worker thread only

@@ -95,6 +95,30 @@ def test_silent_rank_times_out_naming_the_peer():
     run(_silent_peer, 2, deadline_s=60)
 
 
+def _timeout_set_later(rank, world, store_path):
+    # dist.set_timeout shortens the group's timeout for what comes after (it was ignored with a warning:
+    # the silent rank below held rank 0 for the group's 60 s).
+    import datetime
+
+    init_group(rank, world, store_path, timeout_s=60)
+    dist.all_reduce(torch.ones(1))
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    with pytest.raises(ValueError, match=rf"pride set_timeout \(rank {rank}\): the timeout must be positive"):
+        backend.set_timeout(datetime.timedelta(0))
+    dist.set_timeout(datetime.timedelta(seconds=2))
+    if rank == 1:
+        time.sleep(5)  # then leaves without the call: past 5 s rank 0 would hear of its exit instead
+        return
+    start = time.monotonic()
+    with pytest.raises(Exception, match="timeout of 2000 ms") as err:
+        dist.all_reduce(torch.ones(10))
+    assert time.monotonic() - start < 4.5, (time.monotonic() - start, str(err.value))
+
+
+def test_a_timeout_set_later_applies_to_the_calls_after_it():
+    run(_timeout_set_later, 2, deadline_s=60)
+
+
 def _mismatch(rank, world, store_path, what):
     import os
 
