@@ -2,6 +2,7 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <c10/util/Exception.h>
 
 #include <sched.h>
@@ -152,7 +153,14 @@ PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
     : c10d::Backend(rank, size), timeout_(timeout) {
   Communicator::Options options;
   options.timeout = timeout;
-  store_ = wrap_c10d_store(store);
+  // Each incarnation of a group gets keys of its own. c10d hands a group that is destroyed and made again
+  // on the same user store (init, destroy, init) the same key prefix, where the last incarnation's
+  // addresses still stand: a rank that read a dead worker's address failed to connect. The ranks of one
+  // incarnation all add before any rank can make the next (its rendezvous waits for every rank), so
+  // they share the count.
+  const int64_t joined = store->add("pride/incarnations", 1);
+  store_ = wrap_c10d_store(
+      c10::make_intrusive<c10d::PrefixStore>(fmt::format("pride/{}", (joined - 1) / size), store));
   comm_ = std::make_unique<Communicator>(store_, rank, size, options);
   cuda_streams_ = std::make_unique<CudaStreams>();
 #ifdef PRIDE_WITH_NCCL_TRANSPORT

@@ -145,6 +145,27 @@ def test_destroy_process_group_ends_quietly(transport, capfd):
     assert "UCX reports" not in err and "warning" not in err.lower(), err[-3000:]
 
 
+def _made_again_on_one_store(rank, world, store_path):
+    # init, a collective, destroy, three times over one store object: c10d gives each incarnation the same
+    # key prefix, and the second one read the first one's dead UCX addresses ("could not create the
+    # backend"; Gloo goes on).
+    from datetime import timedelta
+
+    import pride  # noqa: F401
+
+    store = dist.FileStore(store_path, world)
+    for incarnation in range(3):
+        dist.init_process_group("pride", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=30))
+        t = torch.full((4,), float(rank + incarnation))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((4,), float(sum(range(world)) + world * incarnation))), (incarnation, t)
+        dist.destroy_process_group()
+
+
+def test_a_group_made_again_on_the_same_store_connects_afresh():
+    run(_made_again_on_one_store, 2)
+
+
 def _abort_hung_collective(rank, world, store_path):
     import threading
 
