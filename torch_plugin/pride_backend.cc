@@ -235,7 +235,7 @@ void PrideBackend::abort() {
   });
 }
 
-c10::intrusive_ptr<c10d::Work> PrideBackend::enqueue(c10d::OpType type, const char* name,
+c10::intrusive_ptr<PrideWork> PrideBackend::enqueue(c10d::OpType type, const char* name,
                                                      std::vector<at::Tensor> outputs, Task task,
                                                      std::shared_ptr<DeviceCompletion> device) {
   if (const StagingScope* staging = StagingScope::active()) {  // CUDA tensors staged through host twins
@@ -511,7 +511,10 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::post_p2p(c10d::OpType type, const c
     in_flight_.push_back(std::make_unique<InFlight>(std::move(*op)));
     return false;
   };
-  return enqueue(type, name, {tensor}, std::move(task), std::move(device));
+  std::string what = op->what;  // the task moves *op into in_flight_, maybe before enqueue returns
+  auto work = enqueue(type, name, {tensor}, std::move(task), std::move(device));
+  work->set_description(std::move(what));  // only wait(timeout) reads it, on the caller's side
+  return work;
 }
 
 // One dense tensor, on the CPU or (built with CUDA) a CUDA device: post_p2p stages CUDA tensors.

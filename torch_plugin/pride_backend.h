@@ -139,8 +139,8 @@ class PrideBackend : public c10d::Backend {
   // Runs on the worker; returns false when it left the Work to complete later (p2p in flight).
   using Task = BackendTask;
   // `device`: the operation's CUDA side, when it has one that no StagingScope describes.
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                         Task task, std::shared_ptr<DeviceCompletion> device = nullptr);
+  c10::intrusive_ptr<PrideWork> enqueue(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                        Task task, std::shared_ptr<DeviceCompletion> device = nullptr);
   void worker_loop();
   void poll_in_flight();
   void fail_in_flight(const std::string& reason);

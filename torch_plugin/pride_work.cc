@@ -42,6 +42,17 @@ void PrideWork::synchronize() {
   if (device_) device_->block_current_stream();
 }
 
+bool PrideWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout != ::kNoTimeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool ended = cv_.wait_for(lock, timeout, [this] { return completed_; });
+    TORCH_CHECK(ended, "pride rank ", rank_, ": ", description_.empty() ? name_ : description_,
+                " did not complete within wait()'s timeout of ", timeout.count(),
+                " ms; it goes on, and a later wait() can still succeed");
+  }
+  return c10d::Work::wait(::kNoTimeout);  // completed: rethrows its error, then synchronize()
+}
+
 // A failed operation never reaches its end event: it is complete once the host side has failed.
 bool PrideWork::isCompleted() {
   return c10d::Work::isCompleted() && (!device_ || !isSuccess() || device_->done());

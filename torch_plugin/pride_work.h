@@ -4,6 +4,7 @@
 // wait for the operation's end event (ProcessGroupNCCL's rule) instead of only the host.
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
@@ -23,6 +24,9 @@ class PrideWork : public c10d::Work {
   // stream is made to wait for the device side.
   void synchronize() override;
   bool isCompleted() override;
+  // wait(timeout) as c10d's, with an error that names the rank and the operation (c10d's says only
+  // "Operation timed out!"). The operation goes on: a later wait() can still succeed.
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -34,6 +38,9 @@ class PrideWork : public c10d::Work {
   std::vector<at::Tensor>& outputs() { return outputs_; }
   // What the caller called, for errors: the profiling title less its "pride:" ("all_to_all_single").
   const std::string& name() const { return name_; }
+  // The operation in full where the name is not enough ("recv (tag 5) from rank 1"); set by its maker
+  // before the Work leaves it.
+  void set_description(std::string description) { description_ = std::move(description); }
 
  private:
   std::vector<at::Tensor> outputs_;
@@ -41,6 +48,7 @@ class PrideWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
   std::string name_;
+  std::string description_;
 };
 
 }  // namespace pride::torch_plugin

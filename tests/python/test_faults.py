@@ -119,6 +119,35 @@ def test_a_timeout_set_later_applies_to_the_calls_after_it():
     run(_timeout_set_later, 2, deadline_s=60)
 
 
+def _wait_with_a_timeout(rank, world, store_path):
+    # Work.wait(timeout) that runs out names the rank and the operation (c10d's own text said only
+    # "Operation timed out!"); the operation goes on, and a later wait() gets its result.
+    import datetime
+
+    init_group(rank, world, store_path)
+    if rank == 0:
+        x = torch.zeros(2)
+        work = dist.irecv(x, 1, tag=5)
+        with pytest.raises(RuntimeError, match=r"pride rank 0: recv \(tag 5\) from rank 1 did not complete within "
+                                               r"wait\(\)'s timeout of 300 ms; it goes on"):
+            work.wait(timeout=datetime.timedelta(milliseconds=300))
+        assert work.wait() and torch.equal(x, torch.ones(2))
+        work = dist.all_reduce(y := torch.ones(1), async_op=True)
+        with pytest.raises(RuntimeError, match=r"pride rank 0: allreduce did not complete within wait\(\)'s timeout"):
+            work.wait(timeout=datetime.timedelta(milliseconds=300))
+        assert work.wait() and y.item() == world
+    else:
+        time.sleep(1)
+        dist.send(torch.ones(2), 0, tag=5)
+        time.sleep(1)
+        dist.all_reduce(torch.ones(1))
+    dist.destroy_process_group()
+
+
+def test_wait_with_a_timeout_names_the_operation_and_lets_it_go_on():
+    run(_wait_with_a_timeout, 2, deadline_s=60)
+
+
 def _mismatch(rank, world, store_path, what):
     import os
 
