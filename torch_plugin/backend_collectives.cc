@@ -125,7 +125,7 @@ intrusive_ptr<Work> PrideBackend::broadcast(std::vector<at::Tensor>& tensors, co
   StagingScope staging(*this, tensor_refs(tensors), "broadcast");
   check_single_tensor(tensors, {"broadcast", getRank()});
   check_root(int(opts.rootRank), getSize(), {"broadcast", getRank()});
-  to_scalar_type(tensors[0].scalar_type(), {"broadcast", getRank()});
+  check_movable_dtype(tensors[0].scalar_type(), {"broadcast", getRank()});
   at::Tensor t = tensors[0];
   const int root = int(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "pride:broadcast", tensors, [t, root](Communicator& comm, PrideWork&) {
@@ -170,7 +170,7 @@ intrusive_ptr<Work> PrideBackend::allgather(std::vector<std::vector<at::Tensor>>
                     "pride allgather (rank ", getRank(), "): output list has ", outputs[0].size(),
                     " tensors, the group has ", getSize(), " ranks");
   const bool even = check_pieces(inputs[0], outputs[0], getRank(), "allgather", "output", "input");
-  to_scalar_type(inputs[0].scalar_type(), {"allgather", getRank()});
+  check_movable_dtype(inputs[0].scalar_type(), {"allgather", getRank()});
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
   return enqueue(c10d::OpType::ALLGATHER, "pride:allgather", outs,
@@ -205,7 +205,7 @@ intrusive_ptr<Work> PrideBackend::_allgather_base(at::Tensor& output, at::Tensor
   TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
                     "pride all_gather_into_tensor (rank ", getRank(), "): output has ",
                     output.numel(), " elements, expected ", input.numel() * getSize());
-  to_scalar_type(input.scalar_type(), {"all_gather_into_tensor", getRank()});
+  check_movable_dtype(input.scalar_type(), {"all_gather_into_tensor", getRank()});
   at::Tensor in = input, out = output;
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "pride:all_gather_into_tensor", {out},
                  [in, out](Communicator& comm, PrideWork&) {
@@ -260,7 +260,7 @@ intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& o
   check_single_tensor(inputs, {"gather", getRank()});
   const int root = int(opts.rootRank);
   check_root(root, getSize(), {"gather", getRank()});
-  to_scalar_type(inputs[0].scalar_type(), {"gather", getRank()});
+  check_movable_dtype(inputs[0].scalar_type(), {"gather", getRank()});
   std::vector<at::Tensor> outs;
   if (getRank() == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && int(outputs[0].size()) == getSize(),
@@ -288,7 +288,7 @@ intrusive_ptr<Work> PrideBackend::scatter(std::vector<at::Tensor>& outputs, std:
   check_single_tensor(outputs, {"scatter", getRank()});
   const int root = int(opts.rootRank);
   check_root(root, getSize(), {"scatter", getRank()});
-  to_scalar_type(outputs[0].scalar_type(), {"scatter", getRank()});
+  check_movable_dtype(outputs[0].scalar_type(), {"scatter", getRank()});
   std::vector<at::Tensor> ins;
   if (getRank() == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
@@ -385,7 +385,7 @@ intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& 
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "pride all_to_all_single (rank ", getRank(), "): output dtype ",
                    output.scalar_type(), " differs from input dtype ", input.scalar_type());
-  to_scalar_type(input.scalar_type(), {"all_to_all_single", getRank()});
+  check_movable_dtype(input.scalar_type(), {"all_to_all_single", getRank()});
   const int n = getSize();
   // Splits count rows of dim 0; empty splits mean equal parts (torch's rule).
   auto to_bytes = [this, n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
@@ -436,7 +436,7 @@ intrusive_ptr<Work> PrideBackend::alltoall(std::vector<at::Tensor>& outputs, std
   for (const auto& t : inputs) check_cpu_tensor(t, {"all_to_all", getRank()});
   for (const auto& t : outputs) check_cpu_tensor(t, {"all_to_all", getRank()});
   const auto dtype = inputs[0].scalar_type();
-  to_scalar_type(dtype, {"all_to_all", getRank()});
+  check_movable_dtype(dtype, {"all_to_all", getRank()});
   std::vector<size_t> send_bytes, recv_bytes;
   for (int r = 0; r < n; ++r) {
     TORCH_CHECK_TYPE(inputs[size_t(r)].scalar_type() == dtype && outputs[size_t(r)].scalar_type() == dtype,

@@ -33,6 +33,11 @@ ScalarType to_scalar_type(at::ScalarType type, CallSite site) {
   TORCH_CHECK_TYPE(false, "pride ", site, ": unsupported dtype ", type);
 }
 
+void check_movable_dtype(at::ScalarType type, CallSite site) {
+  TORCH_CHECK_TYPE(type != at::ScalarType::Undefined && !c10::isQIntType(type) && c10::elementSize(type) > 0,
+                   "pride ", site, ": unsupported dtype ", type);
+}
+
 bits::DType to_sign_dtype(at::ScalarType type, CallSite site) {
   switch (type) {
     case at::kFloat: return bits::DType::kFloat32;
@@ -54,6 +59,9 @@ ReduceOp to_reduce_op(const c10d::ReduceOp& op, ScalarType type, CallSite site) 
     case c10d::ReduceOp::BAND: mapped = ReduceOp::kBand; break;
     case c10d::ReduceOp::BOR: mapped = ReduceOp::kBor; break;
     case c10d::ReduceOp::BXOR: mapped = ReduceOp::kBxor; break;
+    case c10d::ReduceOp::PREMUL_SUM:
+      TORCH_CHECK_VALUE(false, "pride ", site, ": ReduceOp.PREMUL_SUM is not supported (NCCL's only; Gloo has none "
+                        "either): scale the tensor, then SUM");
     default: TORCH_CHECK_VALUE(false, "pride ", site, ": unsupported reduce op ", int(op.op_));
   }
   try {

@@ -26,6 +26,9 @@ struct CallSite {
 std::ostream& operator<<(std::ostream& out, const CallSite& site);
 
 ScalarType to_scalar_type(at::ScalarType type, CallSite site);  // throws ValueError on unsupported
+// The collectives that only move bytes (broadcast, the gathers, scatter, the all-to-alls) take any dtype
+// of whole bytes per element, the float8 ones among them, as Gloo does; throws TypeError otherwise.
+void check_movable_dtype(at::ScalarType type, CallSite site);
 bits::DType to_sign_dtype(at::ScalarType type, CallSite site);  // float32/bf16/fp16 only
 ReduceOp to_reduce_op(const c10d::ReduceOp& op, ScalarType type, CallSite site);
 

@@ -105,6 +105,8 @@ def _allreduce_all(rank, world, store_path):
     # An op that is not defined for the dtype fails on the caller, before anything is sent.
     with pytest.raises(ValueError, match=rf"pride allreduce \(rank {rank}\): "):
         dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+    with pytest.raises(ValueError, match=rf"pride allreduce \(rank {rank}\): ReduceOp.PREMUL_SUM is not supported"):
+        dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0))
     # So do arguments that do not fit together, with the collective and the rank in the message.
     with pytest.raises(ValueError, match=rf"pride all_gather_into_tensor \(rank {rank}\): output has"):
         dist.all_gather_into_tensor(torch.empty(world * 3 + 1), torch.ones(3))
@@ -450,6 +452,55 @@ def _sparse_tensors_that_differ(rank, world, store_path):
 
 def test_sparse_tensors_that_differ_across_ranks_are_refused_on_every_rank():
     run(_sparse_tensors_that_differ, 2)
+
+
+def _float8_moved(rank, world, store_path):
+    # The collectives that only move bytes take the float8 dtypes (pride refused them), as NCCL does; Gloo
+    # refuses them too, so the oracle is Gloo moving the same bytes as uint8.
+    init_group(rank, world, store_path)
+    gloo = dist.new_group(backend="gloo")
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        got = {}
+        for name, group, as_type in (("pride", None, dtype), ("gloo", gloo, torch.uint8)):
+            def mine(salt, n=5):
+                return (torch.arange(n, dtype=torch.float32) * 0.25 + rank + salt).to(dtype).view(as_type)
+
+            def empty(*shape):
+                return torch.empty(*shape, dtype=dtype).view(as_type)
+
+            r = got.setdefault(name, {})
+            b = mine(0)
+            dist.broadcast(b, src=world - 1, group=group)
+            r["broadcast"] = b
+            gathered = [empty(5) for _ in range(world)]
+            dist.all_gather(gathered, mine(1), group=group)
+            r["all_gather"] = torch.stack(gathered)
+            flat = empty(5 * world)
+            dist.all_gather_into_tensor(flat, mine(2), group=group)
+            r["all_gather_into_tensor"] = flat
+            out = empty(2 * world)
+            dist.all_to_all_single(out, mine(3, 2 * world), group=group)
+            r["all_to_all_single"] = out
+            outs = [empty(3) for _ in range(world)]
+            dist.all_to_all(outs, [mine(4 + i, 3) for i in range(world)], group=group)
+            r["all_to_all"] = torch.stack(outs)
+            gather_to = [empty(5) for _ in range(world)] if rank == 0 else None
+            dist.gather(mine(5), gather_to, dst=0, group=group)
+            if rank == 0:
+                r["gather"] = torch.stack(gather_to)
+            scattered = empty(5)
+            dist.scatter(scattered, [mine(6 + i) for i in range(world)] if rank == 0 else None, src=0, group=group)
+            r["scatter"] = scattered
+        for what, want in got["gloo"].items():
+            assert got["pride"][what].dtype == dtype, what
+            assert torch.equal(got["pride"][what].view(torch.uint8), want), (dtype, what)
+    with pytest.raises(TypeError, match=rf"pride allreduce \(rank {rank}\): unsupported dtype"):
+        dist.all_reduce(torch.ones(2, dtype=torch.float8_e4m3fn))  # a reduction needs arithmetic pride lacks
+    dist.destroy_process_group()
+
+
+def test_float8_tensors_are_moved_byte_for_byte():
+    run(_float8_moved, 2)
 
 
 def _tree_order_sum(xs):
