@@ -235,8 +235,7 @@ intrusive_ptr<Work> PrideBackend::allgather_coalesced(std::vector<std::vector<at
     works.push_back(allgather(out, in, opts));
   }
   if (works.empty()) return barrier({});
-  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::ALLGATHER_COALESCED, "pride:allgather_coalesced",
-                                            std::move(works));
+  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::ALLGATHER_COALESCED, std::move(works));
 }
 
 intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -249,8 +248,7 @@ intrusive_ptr<Work> PrideBackend::allgather_into_tensor_coalesced(std::vector<at
   for (size_t i = 0; i < inputs.size(); ++i) works.push_back(_allgather_base(outputs[i], inputs[i], opts));
   if (works.empty()) return barrier({});
   // OpType::COALESCED: torch 2.11's OpType has no value of its own for this call or the reduce-scatter one.
-  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::COALESCED,
-                                            "pride:allgather_into_tensor_coalesced", std::move(works));
+  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::COALESCED, std::move(works));
 }
 
 intrusive_ptr<Work> PrideBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
@@ -371,8 +369,7 @@ intrusive_ptr<Work> PrideBackend::reduce_scatter_tensor_coalesced(std::vector<at
   std::vector<intrusive_ptr<Work>> works;
   for (size_t i = 0; i < inputs.size(); ++i) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
   if (works.empty()) return barrier({});
-  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::COALESCED,
-                                            "pride:reduce_scatter_tensor_coalesced", std::move(works));
+  return c10::make_intrusive<CoalescedWork>(getRank(), c10d::OpType::COALESCED, std::move(works));
 }
 
 intrusive_ptr<Work> PrideBackend::alltoall_base(at::Tensor& output, at::Tensor& input,

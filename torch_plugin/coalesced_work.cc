@@ -4,9 +4,10 @@
 
 namespace pride::torch_plugin {
 
-CoalescedWork::CoalescedWork(int rank, c10d::OpType type, const char* profiling_title,
-                             std::vector<c10::intrusive_ptr<c10d::Work>> parts)
-    : c10d::Work(rank, type, profiling_title), parts_(std::move(parts)) {
+// No profiling title for the base: it would open a profiler range that only Work::finish() closes, and
+// this Work never finishes itself (its parts do, each with its own range).
+CoalescedWork::CoalescedWork(int rank, c10d::OpType type, std::vector<c10::intrusive_ptr<c10d::Work>> parts)
+    : c10d::Work(rank, type), parts_(std::move(parts)) {
   c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futures(
       c10::FutureType::create(c10::ListType::create(c10::TensorType::get())));
   std::vector<at::Tensor> outputs;

@@ -15,8 +15,7 @@ namespace pride::torch_plugin {
 
 class CoalescedWork : public c10d::Work {
  public:
-  CoalescedWork(int rank, c10d::OpType type, const char* profiling_title,
-                std::vector<c10::intrusive_ptr<c10d::Work>> parts);
+  CoalescedWork(int rank, c10d::OpType type, std::vector<c10::intrusive_ptr<c10d::Work>> parts);
 
   bool isCompleted() override;
   bool isSuccess() const override;
