@@ -236,8 +236,8 @@ void PrideBackend::abort() {
 }
 
 c10::intrusive_ptr<PrideWork> PrideBackend::enqueue(c10d::OpType type, const char* name,
-                                                     std::vector<at::Tensor> outputs, Task task,
-                                                     std::shared_ptr<DeviceCompletion> device) {
+                                                    std::vector<at::Tensor> outputs, Task task,
+                                                    std::shared_ptr<DeviceCompletion> device) {
   if (const StagingScope* staging = StagingScope::active()) {  // CUDA tensors staged through host twins
     task = staging->wrap(std::move(task), outputs);
     outputs = staging->originals(outputs);
