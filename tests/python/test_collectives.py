@@ -344,6 +344,12 @@ def test_outputs_whose_elements_share_memory_are_refused_before_sending():
     run(_self_overlapping_outputs, 2)
 
 
+def _the_group_goes_on(world):
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world)))
+
+
 def _results_into_autograd_and_inference_tensors(rank, world, store_path):
     # Results written into tensors autograd or inference mode guard, as Gloo writes them: pride's worker
     # copies them back below autograd (it refused the copy after the exchange, and the group failed).
@@ -372,9 +378,7 @@ def _results_into_autograd_and_inference_tensors(rank, world, store_path):
         assert weight.requires_grad and conv.weight.requires_grad and weight.grad_fn is None
     for what, want in results["gloo"].items():
         assert torch.equal(results["pride"][what], want), (what, results["pride"][what], want)
-    t = torch.ones(3)
-    dist.all_reduce(t)  # the group goes on working
-    assert torch.equal(t, torch.full((3,), float(world)))
+    _the_group_goes_on(world)
     dist.destroy_process_group()
 
 
@@ -418,9 +422,7 @@ def _coalesced_calls(rank, world, store_path):
         cm.works[0].get_future().wait()
     with pytest.raises(RuntimeError, match="ranks disagree"):
         dist.all_gather_coalesced([[torch.empty(n), torch.empty(2)] for _ in range(world)], [torch.ones(n), torch.ones(2)])
-    t = torch.ones(3)
-    dist.all_reduce(t)  # the group goes on working
-    assert torch.equal(t, torch.full((3,), float(world)))
+    _the_group_goes_on(world)
     dist.destroy_process_group()
 
 
