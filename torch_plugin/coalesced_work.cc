@@ -1,5 +1,8 @@
 #include "torch_plugin/coalesced_work.h"
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
 #include <utility>
 
 namespace pride::torch_plugin {
@@ -8,20 +11,38 @@ namespace pride::torch_plugin {
 // this Work never finishes itself (its parts do, each with its own range).
 CoalescedWork::CoalescedWork(int rank, c10d::OpType type, std::vector<c10::intrusive_ptr<c10d::Work>> parts)
     : c10d::Work(rank, type), parts_(std::move(parts)) {
-  c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futures(
-      c10::FutureType::create(c10::ListType::create(c10::TensorType::get())));
+  // The future is made here, for every device of the parts' futures: c10::collectAll's future has no
+  // devices, so neither had a then() on it, and its value was there before the parts' CUDA work was
+  // (a get_future().wait() read outputs that NCCL was still writing).
+  std::vector<c10::Device> devices;
+  auto futures = std::make_shared<std::vector<c10::intrusive_ptr<c10::ivalue::Future>>>();
   std::vector<at::Tensor> outputs;
   for (const auto& part : parts_) {
-    futures.push_back(part->getFuture());
+    futures->push_back(part->getFuture());
+    for (const c10::Device& d : futures->back()->devices()) {
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+    }
     for (const at::Tensor& t : part->result()) outputs.push_back(t);
   }
-  // collectAll fails with the first source's error; value() rethrows it into the future made here.
-  future_ = c10::collectAll(futures)->then(
-      [outputs = std::move(outputs)](c10::ivalue::Future& all) -> c10::IValue {
-        all.value();
-        return c10::IValue(outputs);
-      },
-      c10::ListType::create(c10::TensorType::get()));
+  future_ = torch_compat::make_tensor_list_future(devices);
+  auto remaining = std::make_shared<std::atomic<size_t>>(futures->size());
+  for (const auto& part_future : *futures) {
+    // The callback holds the parts' futures until the last one ends; each future drops its callbacks
+    // once it has run them, so nothing outlives the call.
+    part_future->addCallback([remaining, futures, future = future_, outputs](c10::ivalue::Future&) {
+      if (remaining->fetch_sub(1) != 1) return;
+      for (const auto& f : *futures) {
+        if (f->hasError()) {
+          future->setErrorIfNeeded(f->exception_ptr());
+          return;
+        }
+      }
+      // The current streams (the callback's, which waited for this part's events) wait for every part's;
+      // markCompleted then records the future's events after them.
+      for (const auto& f : *futures) f->wait();
+      future->markCompleted(c10::IValue(outputs));
+    });
+  }
 }
 
 bool CoalescedWork::isCompleted() {

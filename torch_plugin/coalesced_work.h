@@ -24,8 +24,8 @@ class CoalescedWork : public c10d::Work {
   void synchronize() override;
   // Waits for the parts in order under one deadline; the first part that failed throws its error.
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
-  // Completes once every part's future has, with every part's outputs, or the first error; on CUDA the
-  // parts' stream events carry over (c10::collectAll and then() record them).
+  // Completes once every part's future has, with every part's outputs, or the first error; a future of
+  // the parts' devices, whose events come after every part's.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:

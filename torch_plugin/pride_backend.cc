@@ -158,9 +158,11 @@ PrideBackend::PrideBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   // addresses still stand: a rank that read a dead worker's address failed to connect. The ranks of one
   // incarnation all add before any rank can make the next (its rendezvous waits for every rank), so
   // they share the count.
-  const int64_t joined = store->add("pride/incarnations", 1);
+  // Counted, and keyed, per group size: c10d names groups by a count that destroy_process_group resets,
+  // so one name can come back with another size.
+  const int64_t joined = store->add(fmt::format("pride/incarnations/{}", size), 1);
   store_ = wrap_c10d_store(
-      c10::make_intrusive<c10d::PrefixStore>(fmt::format("pride/{}", (joined - 1) / size), store));
+      c10::make_intrusive<c10d::PrefixStore>(fmt::format("pride/{}/{}", size, (joined - 1) / size), store));
   comm_ = std::make_unique<Communicator>(store_, rank, size, options);
   cuda_streams_ = std::make_unique<CudaStreams>();
 #ifdef PRIDE_WITH_NCCL_TRANSPORT
@@ -202,7 +204,12 @@ void PrideBackend::shutdown() {
   std::call_once(ended_, [this] {
     // Up to the group's timeout for the peers' goodbyes, and never more than 30 s: a rank that does not
     // end the group (it crashed, or still works) only delays this one.
-    const auto patience = std::min(timeout_, std::chrono::milliseconds(30000));
+    std::chrono::milliseconds timeout;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);  // setTimeout writes it from the caller's side
+      timeout = timeout_;
+    }
+    const auto patience = std::min(timeout, std::chrono::milliseconds(30000));
     c10::intrusive_ptr<c10d::Work> goodbye;
     try {
       goodbye = run_on_worker("pride:shutdown", {}, [this, patience](Communicator& comm) {
@@ -418,8 +425,10 @@ void PrideBackend::poll_in_flight() {
         ++i;
         continue;
       } else {
-        std::string message = fmt::format("pride rank {}/{}: {} timed out after {} ms", getRank(), getSize(), op.what,
-                                          comm_->timeout().count());
+        // The timeout it was posted with (set_timeout may have changed the group's since).
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(op.deadline - op.posted);
+        std::string message =
+            fmt::format("pride rank {}/{}: {} timed out after {} ms", getRank(), getSize(), op.what, waited.count());
         comm_->abandon(message);  // the pending request must not read or write the buffer freed below
         error = to_torch_error(std::make_exception_ptr(TimeoutError(message)));
       }

@@ -202,8 +202,8 @@ def _more_collectives(rank, world_size, store_path):
     # the uneven all_gather and both reduce_scatters: one NCCL call each; the bool BOR went the staged way
     # and is counted elsewhere.
     assert pride.stats()["per_algorithm"]["nccl"]["calls"] == 15, pride.stats()
-    # Coalesced calls (one Work over their parts, coalesced_work.h): its wait() orders the current stream
-    # after every part, so the copies below, queued at once, read the results.
+    # Coalesced calls (one Work over their parts, coalesced_work.h): its wait(), and its future's, order
+    # the current stream after every part, so the copies below, queued at once, read the results.
     from torch.distributed.distributed_c10d import _coalescing_manager
 
     gathered = [torch.empty(world_size * k, device=dev) for k in (piece, 7)]
@@ -215,7 +215,8 @@ def _more_collectives(rank, world_size, store_path):
         for out in scattered:
             dist.reduce_scatter_tensor(out, torch.arange(world_size * out.numel(), dtype=torch.float32, device=dev))
     gathers.wait()
-    scatters.wait()
+    (scatter_work,) = scatters.works
+    scatter_work.get_future().wait()  # the future too orders the current stream after every part
     copies = [t.clone() for t in gathered + scattered]  # on the current stream, no host synchronisation
     for k, got in zip((piece, 7), copies[:2]):
         assert torch.equal(got.cpu(), torch.arange(world_size, dtype=torch.float32).repeat_interleave(k))
