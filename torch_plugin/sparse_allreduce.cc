@@ -13,6 +13,7 @@
 
 #include "backend/common/error.h"
 #include "collectives/engine/standard/collectives.h"
+#include "collectives/engine/standard/common.h"
 #include "torch_plugin/pride_backend.h"
 #include "torch_plugin/tensor_types.h"
 
@@ -49,12 +50,12 @@ SparseHeader header_of(const at::Tensor& t) {
   h.sparse_dim = t.sparse_dim();
   h.dim = t.dim();
   h.dtype = int64_t(t.scalar_type());
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over every size
+  std::vector<size_t> sizes;
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (size_t(d) < SparseHeader::kSizes) h.sizes[size_t(d)] = t.size(d);
-    hash = (hash ^ uint64_t(t.size(d))) * 1099511628211ull;
+    sizes.push_back(size_t(t.size(d)));
   }
-  h.sizes_hash = hash;
+  h.sizes_hash = standard::hash_sizes(sizes);
   return h;
 }
 
