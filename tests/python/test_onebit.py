@@ -312,31 +312,52 @@ def test_saving_and_loading_each_ranks_state_resumes_exactly(kind, dtype):
     harness.run(_resume_worker, 2, kind, dtype)
 
 
-def _dcp_resume_worker(rank, world_size, store_path, kind, flatten):
-    # torch's DCP state-dict API loads only the state entries that a step on a fresh optimizer creates (it
-    # takes one with lr 0): every entry, the errors and 0/1 Adam's accumulators included, must exist by then.
-    import copy
+def _dcp_options(flatten):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
-                                                         set_optimizer_state_dict)
+    return StateDictOptions(flatten_optimizer_state_dict=flatten)
+
+
+def _onebit_kwargs(kind):
+    return dict(freeze_step=5) if kind == "onebit" else dict(var_freeze_step=12, var_update_scaler=2,
+                                                             local_step_scaler=5, local_step_clipper=4)
+
+
+def _dcp_state(model, opt, flatten):
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt,
+                                                                                     options=_dcp_options(flatten))}
+
+
+def _dcp_resume_worker(rank, world_size, store_path, kind, flatten, checkpoint):
+    # Through checkpoint files, as a training job writes them: dcp.save keeps one copy of every key for all
+    # ranks, and torch's DCP state-dict API keeps only "state" and "param_groups" and loads only the entries
+    # that a step on a fresh optimizer creates (it takes one with lr 0). Every rank must get its own errors
+    # back. Saved at step 17: a 1-bit Adam step, and a 0/1 Adam synchronisation (interval 1 until step
+    # 17), after which the replicas' parameters and momenta are the same (mid-way through a 0/1 Adam
+    # interval each rank's are its own, and a DCP checkpoint of the model keeps one rank's).
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
     harness.init_group(rank, world_size, store_path)
-    options = StateDictOptions(flatten_optimizer_state_dict=flatten)
-    kw = dict(freeze_step=5) if kind == "onebit" else dict(var_freeze_step=12, var_update_scaler=2,
-                                                           local_step_scaler=5, local_step_clipper=4)
+    kw = _onebit_kwargs(kind)
     straight = _model()
     opt = _make(kind, straight.parameters(), **kw)
     _train(straight, opt, rank, 17)
-    saved_model = copy.deepcopy(straight.state_dict())
-    saved = copy.deepcopy(get_optimizer_state_dict(straight, opt, options=options))
+    dcp.save(_dcp_state(straight, opt, flatten), checkpoint_id=checkpoint)
+    errors = {k: v.clone() for k, v in opt.state[next(straight.parameters())].items() if k.endswith("_error")}
     _train(straight, opt, rank, 23, first=17)
 
     resumed = _model(seed=99)
-    resumed.load_state_dict(saved_model)
     opt = _make(kind, resumed.parameters(), **kw)
-    set_optimizer_state_dict(resumed, opt, saved, options=options)
-    keys = {k for st in opt.state.values() for k in st}
-    assert {"worker_error", "server_error"} <= keys, keys
+    state = _dcp_state(resumed, opt, flatten)
+    dcp.load(state, checkpoint_id=checkpoint)
+    set_model_state_dict(resumed, state["model"])
+    set_optimizer_state_dict(resumed, opt, state["optim"], options=_dcp_options(flatten))
+    loaded = opt.state[next(resumed.parameters())]
+    for key, value in errors.items():
+        assert torch.equal(loaded[key], value), f"rank {rank}: {key} is not this rank's"
     _train(resumed, opt, rank, 23, first=17)
     assert _params_bytes(resumed) == _params_bytes(straight), "resume through DCP differs from the uninterrupted run"
     dist.destroy_process_group()
@@ -344,8 +365,109 @@ def _dcp_resume_worker(rank, world_size, store_path, kind, flatten):
 
 @pytest.mark.parametrize("flatten", [False, True], ids=["nested", "flattened"])
 @pytest.mark.parametrize("kind", ["onebit", "zeroone"])
-def test_resuming_through_torch_dcp_state_dict_api_is_exact(kind, flatten):
-    harness.run(_dcp_resume_worker, 2, kind, flatten)
+def test_resuming_through_torch_dcp_files_gives_every_rank_its_own_errors(kind, flatten, tmp_path):
+    harness.run(_dcp_resume_worker, 3, kind, flatten, str(tmp_path / "checkpoint"))
+
+
+class _Warnings:
+    def __init__(self):
+        import logging
+
+        self.messages = []
+        handler = logging.Handler()
+        handler.emit = lambda record: self.messages.append(record.getMessage())
+        logging.getLogger("pride").addHandler(handler)
+
+
+def _save_at_3(rank, world_size, store_path, kind, where):
+    import torch.distributed.checkpoint as dcp
+
+    harness.init_group(rank, world_size, store_path)
+    model = _model()
+    opt = _make(kind, model.parameters(), **_onebit_kwargs(kind))
+    _train(model, opt, rank, 17)
+    dcp.save(_dcp_state(model, opt, False), checkpoint_id=os.path.join(where, "dcp"))
+    if rank == 0:  # what a job that saves rank 0's state dict and loads it everywhere writes
+        torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, os.path.join(where, "rank0.pt"))
+        first = next(model.parameters())
+        torch.save({k: opt.state[first][k] for k in ("exp_avg", "exp_avg_sq")}, os.path.join(where, "moments.pt"))
+    dist.destroy_process_group()
+
+
+def _load_at_2(rank, world_size, store_path, kind, where, how):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    warnings = _Warnings()
+    model = _model(seed=99)
+    opt = _make(kind, model.parameters(), **_onebit_kwargs(kind))
+    if how == "rank0":
+        saved = torch.load(os.path.join(where, "rank0.pt"))
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optim"])
+        assert any("rank 0 of 3" in m and "reset" in m for m in warnings.messages), warnings.messages
+    else:
+        state = _dcp_state(model, opt, False)
+        if how == "dcp":  # the errors of this rank at this size are not in the checkpoint
+            with pytest.raises(dcp.api.CheckpointException) as raised:
+                dcp.load(state, checkpoint_id=os.path.join(where, "dcp"))
+            said = {r: str(e) for r, e in raised.value.failures.items()}
+            assert all(f"worker_error.rank{r}_of2" in said[r] for r in range(world_size)), said
+            dist.destroy_process_group()
+            return
+        dcp.load(state, checkpoint_id=os.path.join(where, "dcp"), planner=DefaultLoadPlanner(allow_partial_load=True))
+        set_model_state_dict(model, state["model"])
+        set_optimizer_state_dict(model, opt, state["optim"])
+    first = next(model.parameters())
+    for key, value in torch.load(os.path.join(where, "moments.pt")).items():
+        assert torch.equal(opt.state[first][key], value), f"rank {rank}: {key} is not the saved one"
+    # The errors restart at zero: dropped (made at the next step) or zeros of this rank's sizes.
+    st = opt.state[first]
+    numel = sum(p.numel() for p in model.parameters())
+    sizes = {"worker_error": numel, "server_error": pride.compressed_allreduce_server_numel(numel)}
+    for key, size in sizes.items():
+        assert key not in st or (st[key].numel() == size and not st[key].any()), f"rank {rank}: {key} kept"
+    # Five more steps: 1-bit Adam's communicate; 0/1 Adam's fifth (step 22) is a synchronisation, after
+    # which the replicas are the same (its local steps leave each rank's parameters its own).
+    losses = _train(model, opt, rank, 5, first=17)
+    assert all(np.isfinite(losses))
+    assert kind == "onebit" or opt.param_groups[0]["local_step_interval"] == 4 and opt.param_groups[0]["step"] == 22
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(everyone, flat)
+    assert all(torch.equal(other, flat) for other in everyone), f"rank {rank}: replicas differ after the resume"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("how", ["rank0", "dcp", "dcp_partial"])
+@pytest.mark.parametrize("kind", ["onebit", "zeroone"])
+def test_a_state_saved_at_another_world_size_resets_the_errors(kind, how, tmp_path):
+    # Saved by 3 ranks at a 1-bit step (a 0/1 Adam synchronisation), loaded by 2: the errors belong to other
+    # ranks' compression and restart at zero at the new sizes (a warning says so where the state dict
+    # says whose they were); through DCP files, dcp.load names the entry it lacks unless told to load
+    # partially. The moments and schedules load, and the replicas stay identical.
+    harness.run(_save_at_3, 3, kind, str(tmp_path))
+    harness.run(_load_at_2, 2, kind, str(tmp_path), how)
+
+
+def test_another_optimizers_state_dict_is_refused_by_name():
+    import pride
+
+    model = _model()
+    adamw = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 8)).sum().backward()
+    adamw.step()
+    for make, lacks in ((lambda ps: pride.optim.OneBitAdam(ps), "freeze_step"),
+                        (lambda ps: pride.optim.ZeroOneAdam(ps), "frozen")):
+        with pytest.raises(ValueError, match=f"lacks .*{lacks}.*not saved by a"):
+            make(model.parameters()).load_state_dict(adamw.state_dict())
+    with pytest.raises(ValueError, match="lacks .*frozen"):
+        pride.optim.ZeroOneAdam(model.parameters()).load_state_dict(pride.optim.OneBitAdam(model.parameters())
+                                                                    .state_dict())
 
 
 def _fused_vs_torch_worker(rank, world_size, store_path, kind, dtype, bias_correction):

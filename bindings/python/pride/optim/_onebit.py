@@ -240,33 +240,80 @@ class CompressedAdamBase(torch.optim.Optimizer):
                          f"the same number of times")
 
     # ---- Saving and loading ----
+    # The error-feedback buffers are this rank's own. In a state dict each one is a dict with one entry,
+    # keyed by the rank and world size that saved it ({"rank1_of4": tensor}): torch.distributed.checkpoint
+    # writes one copy of each key for all ranks (dcp.save keeps one rank's tensor where several ranks
+    # give the same name) and its state-dict API keeps only "state" and "param_groups", so a plain
+    # "worker_error" came back as one rank's on every rank, or did not fit the server error's size.
+    # Keys of their own keep every rank's copy in a checkpoint, and say whose a loaded one is.
+    _PER_RANK = ("worker_error", "server_error")
+
     def state_dict(self):
-        """torch's state dict (moments, errors, schedule counters), plus which rank of how many saved it.
-        The errors are this rank's own: save every rank's state_dict() to resume exactly."""
+        """torch's state dict (moments, errors, schedule counters). The errors are this rank's own, under
+        "rank<r>_of<n>": save every rank's state_dict() (or all of them through
+        torch.distributed.checkpoint, which keeps each rank's) to resume exactly."""
         state = super().state_dict()
         rank, world = self._world()
+        mine = self._per_rank_key(rank, world)
+        state["state"] = {
+            index: {key: ({mine: value} if key in self._PER_RANK and torch.is_tensor(value) else value)
+                    for key, value in entry.items()}
+            for index, entry in state["state"].items()}  # copies: torch's entries are the live ones
         state["pride"] = {"rank": rank, "world_size": world}
         return state
 
+    @staticmethod
+    def _per_rank_key(rank, world):
+        return f"rank{rank}_of{world}"
+
     def load_state_dict(self, state_dict):
+        """torch's load_state_dict. The moments and schedules are the same on every rank and are kept; the
+        errors are kept where this rank of this world size saved them, and otherwise reset (with a
+        warning): another rank's errors compensate another rank's compression."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("pride", None)
+        self._refuse_another_optimizers_state(state_dict)
         super().load_state_dict(state_dict)
         self._restore_float32_state(state_dict)
         rank, world = self._world()
-        if saved is None or (saved.get("rank"), saved.get("world_size")) == (rank, world):
-            return
-        # Another rank's (or another world size's) errors would be wrong here: drop them, as DeepSpeed
-        # always does. The moments and schedules are the same on every rank and stay.
-        dropped = 0
-        for g in self.param_groups:
-            st = self.state.get(g["params"][0], {}) if g["params"] else {}
-            for key in ("worker_error", "server_error"):
-                dropped += st.pop(key, None) is not None
-        _log.warning("%s (rank %d of %d): the state dict was saved by rank %s of %s; its error-feedback state "
-                     "is not this rank's and was reset (%d buffers). Save and load each rank's own state_dict() "
-                     "to resume exactly.", self._name, rank, world, saved.get("rank"), saved.get("world_size"),
-                     dropped)
+        mine = self._per_rank_key(rank, world)
+        legacy_owner = None if saved is None else self._per_rank_key(saved.get("rank"), saved.get("world_size"))
+        owners, dropped = set(), 0
+        for st in self.state.values():
+            for key in self._PER_RANK:
+                if key not in st:
+                    continue
+                value = st[key]
+                if torch.is_tensor(value):  # written before the errors were keyed: the "pride" entry says whose
+                    owner = mine if legacy_owner is None else legacy_owner
+                    value = {owner: value}
+                if mine in value:
+                    st[key] = value[mine]
+                else:
+                    del st[key]
+                    owners.update(value)
+                    dropped += 1
+        if dropped:
+            _log.warning("%s (rank %d of %d): the state dict holds the error-feedback state of %s, not of this rank; "
+                         "it was reset (%d buffers). Save and load each rank's own state_dict() (or every rank's "
+                         "through torch.distributed.checkpoint) to resume exactly.", self._name, rank, world,
+                         ", ".join(sorted(o.replace("_of", " of ").replace("rank", "rank ") for o in owners)),
+                         dropped)
+
+    def _refuse_another_optimizers_state(self, state_dict):
+        """A state dict of another kind of optimizer (AdamW's, Lion's) would load and then fail at the first
+        step with a KeyError: name what it lacks instead."""
+        groups = state_dict.get("param_groups", [])
+        for i, g in enumerate(groups):
+            missing = sorted(k for k in self.defaults if k not in g)
+            if missing:
+                raise ValueError(f"{self._name}.load_state_dict: parameter group {i} of the state dict lacks "
+                                 f"{', '.join(missing)}: it was not saved by a {self._name}")
+        for index, entry in state_dict.get("state", {}).items():
+            if entry and not {"exp_avg", "exp_avg_sq"} <= set(entry):
+                raise ValueError(f"{self._name}.load_state_dict: the state of parameter {index} lacks "
+                                 f"{', '.join(sorted({'exp_avg', 'exp_avg_sq'} - set(entry)))}: it was not saved "
+                                 f"by a {self._name}")
 
     def _restore_float32_state(self, state_dict):
         """torch's load_state_dict casts floating state to its parameter's dtype; every state tensor here
@@ -276,8 +323,17 @@ class CompressedAdamBase(torch.optim.Optimizer):
         for saved_group, group in zip(state_dict.get("param_groups", []), self.param_groups):
             for saved_id, p in zip(saved_group["params"], group["params"]):
                 for key, value in saved_state.get(saved_id, {}).items():
-                    if torch.is_tensor(value) and value.is_floating_point() and value.dtype == torch.float32:
-                        self.state[p][key] = value.detach().to(device=p.device, copy=True)
+                    if isinstance(value, dict):  # the errors, keyed by the rank that saved them
+                        self.state[p][key] = {k: self._float32_as_saved(v, p, self.state[p][key][k])
+                                              for k, v in value.items()}
+                    else:
+                        self.state[p][key] = self._float32_as_saved(value, p, self.state[p][key])
+
+    @staticmethod
+    def _float32_as_saved(saved, p, loaded):
+        if torch.is_tensor(saved) and saved.is_floating_point() and saved.dtype == torch.float32:
+            return saved.detach().to(device=p.device, copy=True)
+        return loaded
 
     # ---- Per-parameter and per-group state ----
     def _moments(self, p):

@@ -31,8 +31,10 @@ class OneBitAdam(CompressedAdamBase):
 
     The optimizer does its own communication: give it each rank's local gradients (under DDP,
     ``opt.attach(ddp_model)`` registers pride.ddp_hooks.local_gradients_hook). The error-feedback state
-    is in ``state_dict()`` and is this rank's own: save every rank's state dict and load it on the same
-    rank to resume exactly (DeepSpeed resets the errors on load).
+    is in ``state_dict()`` and is this rank's own, keyed "rank<r>_of<n>": save every rank's state dict
+    and load it on the same rank, or write them all with torch.distributed.checkpoint (each rank's key
+    is its own, so dcp.save keeps them all), to resume exactly (DeepSpeed resets the errors on load).
+    Another rank's or world size's errors are reset on load, with a warning.
     """
 
     _name = "OneBitAdam"

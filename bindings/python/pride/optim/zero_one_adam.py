@@ -46,6 +46,9 @@ class ZeroOneAdam(CompressedAdamBase):
 
     The optimizer does its own communication (``attach(ddp_model)`` under DDP). Its error-feedback
     state, accumulators and schedules are in ``state_dict()``; save each rank's own to resume exactly.
+    Through torch.distributed.checkpoint every rank's errors are kept (keyed "rank<r>_of<n>"), but a
+    replicated model is saved once: a checkpoint written after a synchronisation resumes exactly, one
+    written mid-interval from one rank's parameters (docs/design.md).
     """
 
     _name = "ZeroOneAdam"
