@@ -7,6 +7,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,11 @@ class PrideWork : public c10d::Work {
   // "Operation timed out!"). The operation goes on: a later wait() can still succeed.
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // An operation on CUDA tensors has its Future from the start, completed by the worker on pride's
+  // stream. Otherwise the Future is made when first asked for: the worker then completes it through
+  // CallbackThreads (callback_threads.h), so that its callbacks never run on the worker, and a Work
+  // nobody asked the Future of costs no handover (a later getFuture() returns it completed).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return source_rank_; }
 
@@ -45,7 +50,11 @@ class PrideWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<DeviceCompletion> device_;
+  // Guards the Future's making and the host side's end (ended_, end_error_) against each other.
+  std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool ended_ = false;
+  std::exception_ptr end_error_;
   int source_rank_ = -1;
   std::string name_;
   std::string description_;
