@@ -695,10 +695,21 @@ void Communicator::close(std::chrono::milliseconds patience) {
     requests.push_back(transport_->irecv(p, kGoodbyeTag, &goodbyes[size_t(p)], 1));
     requests.push_back(transport_->isend(p, kGoodbyeTag, &mine, 1));
   }
+  // A peer that has died or aborted says no goodbye: waiting for it would hold destroy_process_group()
+  // for the whole patience, in every group with that peer (Gloo's destroy returns at once).
   const auto deadline = Clock::now() + patience;
+  auto next_liveness_check = Clock::now() + kLivenessInterval;
+  std::vector<bool> gone(size_t(size_), false);
+  bool a_peer_aborted = false;
   for (auto& r : requests) {
-    while (r->pending() && Clock::now() < deadline && !abort_requested_.load()) {
+    while (r->pending() && !gone[size_t(r->peer())] && !a_peer_aborted && Clock::now() < deadline &&
+           !abort_requested_.load()) {
       if (!transport_->progress()) transport_->wait_for_activity(std::chrono::milliseconds(1));
+      a_peer_aborted = abort_receive_ && !abort_receive_->pending();
+      if (Clock::now() >= next_liveness_check) {
+        next_liveness_check = Clock::now() + kLivenessInterval;
+        for (int p = 0; p < size_; ++p) gone[size_t(p)] = p != rank_ && (gone[size_t(p)] || !peer_gone(p).empty());
+      }
     }
   }
   const auto late = std::count_if(requests.begin(), requests.end(), [](const RequestPtr& r) { return r->pending(); });

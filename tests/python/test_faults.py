@@ -38,6 +38,39 @@ def test_killed_rank_raises_on_survivors():
     assert outcome[1] is not None  # the killed one
 
 
+def _destroy_after_a_peer_left(rank, world, store_path, how):
+    from torch.distributed.distributed_c10d import _abort_process_group
+
+    init_group(rank, world, store_path, timeout_s=60)
+    members = [[0, 1, 2], [1, 2]]
+    groups = [dist.new_group(m) for m in members]  # new_group's timeout: torch's 30 min
+    for g, m in zip(groups, members):
+        if rank in m:
+            dist.all_reduce(torch.ones(2), group=g)
+    dist.barrier()
+    if rank == 1:
+        if how == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        for g in groups:
+            _abort_process_group(g)
+        dist.destroy_process_group()
+        return
+    time.sleep(1.0)  # rank 1 is gone, or has aborted its groups, by now
+    start = time.monotonic()
+    dist.destroy_process_group()
+    elapsed = time.monotonic() - start
+    # A dead or aborted peer says no goodbye: destroy used to wait the whole patience (up to 30 s) per
+    # group for it, where Gloo's destroy returns at once.
+    assert elapsed < 5, f"rank {rank}: destroy_process_group took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("how", ["killed", "aborted"])
+def test_destroy_does_not_wait_for_a_peer_that_died_or_aborted(how):
+    outcome = run(_destroy_after_a_peer_left, 3, how, expect_failures=True, deadline_s=120)
+    assert outcome[0] is None and outcome[2] is None, outcome
+    assert (outcome[1] is None) == (how == "aborted"), outcome
+
+
 def _address_space_in_use():
     with open("/proc/self/status") as f:
         for line in f:
