@@ -37,6 +37,11 @@ WINDOW_LIMIT_BYTES = ROUNDS // WINDOWS * 1024
 # The control: one rank keeps this much more a round, which the limit must catch (so the measurement
 # can fail), under the same calls, allocator and noise as the rank that is judged.
 CONTROL_LEAK_BYTES = 2048
+# torch 2.15 attaches its Flight Recorder to every group of a backend that does not record itself (pride
+# is one): a ring of the last 2000 calls (TORCH_FR_BUFFER_SIZE), which grows by about 800 bytes a call
+# until it is full and then stays (measured beside Gloo, whose own recorder grows the same way). It is
+# torch's, bounded, and would fill during these windows: the workers run without it.
+WORKER_ENV = {"TORCH_FR_BUFFER_SIZE": "0"}
 SIZES = (1, 63, 64, 1000, 4097, 65536 + 7)
 # Each kind of call alone: how many times, and the limit per call. A kind that keeps 1 KiB a call is
 # caught; growth spread thinly over every kind is the mixed run's to catch. Two runs here (2026-11-27,
@@ -229,7 +234,7 @@ def test_a_long_run_of_every_kind_of_call_holds_its_memory_steady(tmp_path, devi
     memory torch allocates are both held to the limit; the control keeps its buffers on the device."""
     import json
 
-    harness.run(_memory_worker, 2, str(tmp_path), WARMUP_ROUNDS, ROUNDS, 1, device, deadline_s=240)
+    harness.run(_memory_worker, 2, str(tmp_path), WARMUP_ROUNDS, ROUNDS, 1, device, deadline_s=240, env=WORKER_ENV)
     judged, control = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     for r, row in enumerate((judged, control)):
         assert row["collectives"] > 8 * ROUNDS, (r, row)  # the calls happened (pride counts them)
@@ -280,7 +285,7 @@ def test_groups_created_and_destroyed_give_back_their_threads_descriptors_and_me
     """Each pride group has its own worker thread, UCX worker and connections: destroying it must give
     them all back, or a job that makes groups as it goes (pipeline stages, evaluation groups) runs out."""
     groups = 40
-    harness.run(_group_churn_worker, 2, str(tmp_path), 5, groups, deadline_s=180)
+    harness.run(_group_churn_worker, 2, str(tmp_path), 5, groups, deadline_s=180, env=WORKER_ENV)
     for r in range(2):
         threads0, fds0, rss0, threads1, fds1, rss1 = (int(v) for v in (tmp_path / f"rank{r}").read_text().split())
         assert (threads1, fds1) == (threads0, fds0), (
@@ -308,7 +313,7 @@ def test_each_kind_of_call_alone_holds_its_memory_steady(tmp_path, device, cuda_
     import json
 
     harness.run(_by_kind_worker, 2, str(tmp_path), WARMUP_ROUNDS, CALLS_PER_KIND, device, deadline_s=240,
-                env={"PRIDE_CUDA_PATH": cuda_path} if cuda_path else None)
+                env={**WORKER_ENV, **({"PRIDE_CUDA_PATH": cuda_path} if cuda_path else {})})
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     measured = ["host"] + (["device"] if device == "cuda" else [])
 
