@@ -1,13 +1,26 @@
 #include "torch_plugin/callback_threads.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <thread>
 #include <utility>
 
 namespace pride::torch_plugin {
 
 CallbackThreads& CallbackThreads::instance() {
-  static CallbackThreads* threads = new CallbackThreads();  // never destroyed (callback_threads.h)
-  return *threads;
+  // A process forked from one with threads here has none of them (fork copies only the calling thread),
+  // though it inherits the count of idle ones, and perhaps a mutex some thread held: it starts afresh.
+  // Never destroyed (callback_threads.h); one left behind by a fork is never used again.
+  static std::atomic<CallbackThreads*> threads{new CallbackThreads()};
+  CallbackThreads* current = threads.load();
+  if (current->pid_ != getpid()) {
+    static std::mutex replacing;
+    std::lock_guard<std::mutex> lock(replacing);
+    current = threads.load();
+    if (current->pid_ != getpid()) threads.store(current = new CallbackThreads());
+  }
+  return *current;
 }
 
 void CallbackThreads::post(std::function<void()> task) {

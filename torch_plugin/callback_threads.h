@@ -13,6 +13,9 @@
 #include <functional>
 #include <mutex>
 
+#include <sys/types.h>
+#include <unistd.h>
+
 namespace pride::torch_plugin {
 
 class CallbackThreads {
@@ -24,8 +27,10 @@ class CallbackThreads {
   void post(std::function<void()> task);
 
  private:
-  CallbackThreads() = default;
+  CallbackThreads() : pid_(getpid()) {}
   void run();
+
+  const pid_t pid_;  // the process whose threads these are
 
   std::mutex mutex_;
   std::condition_variable ready_;

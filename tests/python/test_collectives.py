@@ -620,3 +620,50 @@ def test_future_callbacks_may_wait_for_collectives_and_use_autograd_as_on_gloo(t
     # PowerSGD's result over pride against the same training over Gloo (2 ranks: each sum has one order).
     for a, b in zip(torch.load(tmp_path / "pride.pt"), torch.load(tmp_path / "gloo.pt")):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+_FORKED_CHILD_SCRIPT = r"""
+import os, sys, threading, time
+import torch, torch.distributed as dist
+import pride  # noqa: F401
+
+def one_rank_group(path):
+    dist.init_process_group("pride", store=dist.FileStore(path, 1), rank=0, world_size=1)
+
+def doubled_by_a_callback():
+    # Behind a long sign_allreduce, so that the allreduce's Future is asked for before it completes and
+    # the callback runs where pride completes it, not inline here.
+    ahead = pride.sign_allreduce(torch.randn(1 << 23), async_op=True)
+    where = []
+    t = torch.ones(3)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    doubled = fut.then(lambda f: where.append(threading.current_thread() is threading.main_thread()) or f.value()[0] * 2)
+    ahead.wait()
+    return doubled.wait(), where
+
+one_rank_group(sys.argv[1] + ".parent")
+assert doubled_by_a_callback()[1] == [False]  # a callback thread now waits, idle, in this process
+dist.destroy_process_group()
+pid = os.fork()
+if pid == 0:  # the child has none of the parent's threads: its callbacks must still run
+    one_rank_group(sys.argv[1] + ".child")
+    doubled, where = doubled_by_a_callback()
+    os._exit(0 if torch.equal(doubled, torch.full((3,), 2.0)) and where == [False] else 2)
+end = time.monotonic() + 30
+while time.monotonic() < end:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(pid, 9)
+sys.exit("the forked child's callback never ran")
+"""
+
+
+def test_future_callbacks_run_in_a_process_forked_after_some_ran(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FORKED_CHILD_SCRIPT, str(tmp_path / "store")], capture_output=True,
+                          text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
