@@ -35,7 +35,13 @@ constexpr Tag kSequenceMask = (Tag(1) << 24) - 1;
 // the exchange that names a mismatch the last.
 constexpr uint32_t kFingerprintSlot = Collective::kMaxSlot + 1;
 constexpr uint32_t kMismatchSlot = Collective::kMaxSlot + Collective::kControlSlots;
+// An abort notice: the sender's last finished collective (8 bytes, host order: the ranks of a group
+// run one build), then its reason, NUL-terminated.
 constexpr size_t kAbortMessageBytes = 512;
+constexpr size_t kAbortHeaderBytes = sizeof(uint64_t);
+// How long a rank that finishes a collective after a peer's deferred notice waits for a message of that
+// peer's: it was sent before the notice, on the same connection, so it is normally in already.
+constexpr auto kDeferredNoticeGrace = std::chrono::milliseconds(1000);
 // How often a wait that makes no progress asks whether its peer is still alive.
 constexpr auto kLivenessInterval = Communicator::kLivenessInterval;
 
@@ -114,8 +120,23 @@ Fingerprint from_words(const FingerprintWords& w) {
 Collective::Collective(Communicator& comm, std::string name, std::string algorithm, uint64_t sequence,
                        Clock::time_point deadline)
     : comm_(comm), name_(std::move(name)), algorithm_(std::move(algorithm)), sequence_(sequence),
-      started_(Clock::now()), deadline_(deadline) {
+      started_(Clock::now()), deadline_(deadline), exceptions_at_start_(std::uncaught_exceptions()) {
   comm_.traffic_[algorithm_].calls++;
+}
+
+Collective::Collective(Collective&& other) noexcept
+    : comm_(other.comm_), name_(std::move(other.name_)), algorithm_(std::move(other.algorithm_)),
+      sequence_(other.sequence_), started_(other.started_), deadline_(other.deadline_),
+      posted_waiting_(other.posted_waiting_), owns_sequence_(other.owns_sequence_),
+      exceptions_at_start_(other.exceptions_at_start_) {
+  other.owns_sequence_ = false;
+}
+
+Collective::~Collective() {
+  // An exception on its way out (a failed wait, a failed local step) means this rank did not finish
+  // it; nor did it if the group broke inside (an error caught on the way).
+  if (!owns_sequence_ || sequence_ == 0 || std::uncaught_exceptions() > exceptions_at_start_ || comm_.broken()) return;
+  comm_.completed_ = std::max(comm_.completed_, sequence_);
 }
 
 void Collective::note_long_wait(Clock::time_point now) {
@@ -172,10 +193,20 @@ void Collective::check_request(const Request& r) {
     comm_.notify_abort(message);
     throw MismatchError(message);
   }
+  if (const Communicator::DeferredNotice* notice = comm_.deferred_notice_from(r.peer())) {
+    // That peer finished this collective before it gave up, so it had received all this rank sent it;
+    // its closing connection may still fail a send's last acknowledgement. A receive that failed lost
+    // data, though.
+    if (r.is_send()) return;
+    const std::string message = fmt::format("pride {}: the receive from peer {} failed ({}) after that peer gave up: "
+                                            "{}", describe(), r.peer(), r.error(), notice->reason);
+    comm_.notify_abort(message);
+    throw PeerError(message);
+  }
   std::string peer_failure = comm_.transport_->peer_failure(r.peer());
   std::string message;
   if (!peer_failure.empty()) {
-    comm_.await_abort_notice(describe());  // throws with the root cause if the peer gave up itself
+    comm_.await_abort_notice(describe(), sequence_);  // throws with the root cause if the peer gave up itself
     message = fmt::format("pride {}: peer {} failed ({})", describe(), r.peer(), peer_failure);
   } else if (!r.is_send() && r.error() == "Message truncated") {
     message = fmt::format("pride {}: peer {} sent more data than this rank expected; the ranks called "
@@ -205,21 +236,31 @@ void Collective::wait(RequestPtr& request) {
         comm_.notify_abort(message);
         throw TimeoutError(message);
       }
-      if (now >= next_liveness_check) {  // a long wait: is the peer still there?
+      if (const Communicator::DeferredNotice* notice = comm_.deferred_notice_from(request->peer())) {
+        // That peer finished this collective and gave up: what it sent this rank has arrived by now, and
+        // it has received all this rank sent it; a request to it still pending will not end.
+        if (now - notice->arrived > kDeferredNoticeGrace) {
+          std::string message = fmt::format("pride {}: peer {} gave up after finishing this collective, and this "
+                                            "rank's {} it did not end: {}", describe(), request->peer(),
+                                            request->is_send() ? "send to" : "receive from", notice->reason);
+          comm_.notify_abort(message);
+          throw PeerError(message);
+        }
+      } else if (now >= next_liveness_check) {  // a long wait: is the peer still there?
         next_liveness_check = now + kLivenessInterval;
         note_long_wait(now);
         // A tag receive is not bound to an endpoint, so UCX never fails it when its sender dies; the
         // endpoint's error (other hosts) or the process table (this host) tells.
         std::string gone = comm_.peer_gone(request->peer());
         if (!gone.empty()) {
-          comm_.await_abort_notice(describe());
+          comm_.await_abort_notice(describe(), sequence_);
           std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
           comm_.notify_abort(message);
           throw PeerError(message);
         }
       }
     }
-    if (comm_.progress_or_throw(describe())) {
+    if (comm_.progress_or_throw(describe(), sequence_)) {
       idle_rounds = 0;
       continue;
     }
@@ -228,7 +269,7 @@ void Collective::wait(RequestPtr& request) {
   check_request(*request);
 }
 
-void Collective::poll() { comm_.progress_or_throw(describe()); }
+void Collective::poll() { comm_.progress_or_throw(describe(), sequence_); }
 
 void Collective::wait_all(std::vector<RequestPtr>& requests) {
   for (auto& r : requests) wait(r);
@@ -260,13 +301,17 @@ void Collective::wait_external(const std::string& what, const std::function<bool
       // The other engine often sees a peer's death first ("remote process exited"): name the root cause
       // where this rank can, an abort notice that is on its way or the peer that is gone.
       try {
-        comm_.await_abort_notice(describe());
+        comm_.await_abort_notice(describe(), sequence_);
       } catch (...) {
         give_up();
         throw;
       }
       std::string blame;
       for (int peer = 0; peer < comm_.size_ && blame.empty(); ++peer) {
+        if (const Communicator::DeferredNotice* notice = comm_.deferred_notice_from(peer)) {
+          blame = fmt::format(" (peer {} gave up: {})", peer, notice->reason);
+          continue;
+        }
         const std::string gone = peer == comm_.rank_ ? std::string() : comm_.peer_gone(peer);
         if (!gone.empty()) blame = fmt::format(" (peer {} failed: {})", peer, gone);
       }
@@ -283,11 +328,12 @@ void Collective::wait_external(const std::string& what, const std::function<bool
       next_liveness_check = now + kLivenessInterval;
       note_long_wait(now);
       for (int peer = 0; peer < comm_.size_; ++peer) {
-        if (peer == comm_.rank_) continue;
+        // A peer that gave up after finishing this collective is expected to close its connections.
+        if (peer == comm_.rank_ || comm_.deferred_notice_from(peer) != nullptr) continue;
         const std::string gone = comm_.peer_gone(peer);
         if (gone.empty()) continue;
         try {
-          comm_.await_abort_notice(describe());
+          comm_.await_abort_notice(describe(), sequence_);
         } catch (...) {
           give_up();
           throw;
@@ -298,7 +344,7 @@ void Collective::wait_external(const std::string& what, const std::function<bool
     }
     bool progressed = false;
     try {
-      progressed = comm_.progress_or_throw(describe());  // another rank's abort notice, or torch's abort()
+      progressed = comm_.progress_or_throw(describe(), sequence_);  // another rank's abort notice, or torch's abort()
     } catch (...) {
       give_up();
       throw;
@@ -340,6 +386,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
 }
 
 Communicator::~Communicator() {
+  settle_deferred_notices();
   abort_receive_.reset();
   if (broken()) {
     transport_->abort();  // usually done already; the transport makes a second call cheap
@@ -455,31 +502,68 @@ void Communicator::post_abort_receive() {
   abort_receive_ = transport_->irecv(Transport::kAnyPeer, kControlTag, abort_buffer_.data(), abort_buffer_.size());
 }
 
-bool Communicator::progress_or_throw(const std::string& context) {
+bool Communicator::progress_or_throw(const std::string& context, uint64_t sequence) {
   if (abort_requested_.load()) {
     std::string message = fmt::format("pride {}: the process group was aborted", context);
     broken_reason_ = message;
     throw PeerError(message);
   }
   bool progressed = transport_->progress();
-  if (abort_receive_ && !abort_receive_->pending()) {
-    std::string reason(abort_buffer_.data(), strnlen(abort_buffer_.data(), abort_receive_->bytes()));
-    int peer = abort_receive_->peer();
+  while (abort_receive_ && !abort_receive_->pending()) {
+    const size_t bytes = abort_receive_->bytes();
+    uint64_t completed = 0;
+    std::string reason;
+    if (abort_receive_->state() == Request::State::kDone && bytes >= kAbortHeaderBytes) {
+      std::memcpy(&completed, abort_buffer_.data(), kAbortHeaderBytes);
+      reason.assign(abort_buffer_.data() + kAbortHeaderBytes,
+                    strnlen(abort_buffer_.data() + kAbortHeaderBytes, bytes - kAbortHeaderBytes));
+    }
+    const int peer = abort_receive_->peer();
     post_abort_receive();
-    std::string message = fmt::format("pride {}: peer {} gave up: {}", context, peer, reason);
-    broken_reason_ = message;
-    transport_->abort();  // before the failed collective unwinds and frees the buffers of its sends
-    throw PeerError(message);
+    // A rank that gave up after finishing this collective (its notice says so) leaves nothing of it
+    // undone: what it sent has left before the notice, and it received everything it was sent. This
+    // rank finishes the collective too, as that rank did, and the group breaks after it; failing it
+    // here made the ranks disagree on the outcome of the last call before an abort.
+    if (sequence != 0 && completed >= sequence) {
+      deferred_notices_.push_back({peer, completed, reason, Clock::now()});
+      continue;
+    }
+    fail_on_notice(context, peer, reason);
+  }
+  if (!deferred_notices_.empty() && (sequence == 0 || sequence > deferred_notices_.front().completed)) {
+    fail_on_notice(context, deferred_notices_.front().peer, deferred_notices_.front().reason);
   }
   return progressed;
 }
 
-void Communicator::await_abort_notice(const std::string& context) {
+void Communicator::fail_on_notice(const std::string& context, int peer, const std::string& reason) {
+  std::string message = fmt::format("pride {}: peer {} gave up: {}", context, peer, reason);
+  broken_reason_ = message;
+  transport_->abort();  // before the failed collective unwinds and frees the buffers of its sends
+  throw PeerError(message);
+}
+
+const Communicator::DeferredNotice* Communicator::deferred_notice_from(int peer) const {
+  for (const DeferredNotice& notice : deferred_notices_) {
+    if (notice.peer == peer) return &notice;
+  }
+  return nullptr;
+}
+
+void Communicator::settle_deferred_notices() {
+  if (deferred_notices_.empty() || broken()) return;
+  const DeferredNotice& notice = deferred_notices_.front();
+  broken_reason_ = fmt::format("rank {}/{}: peer {} gave up after collective #{}: {}", rank_, size_, notice.peer,
+                               notice.completed, notice.reason);
+  transport_->abort();
+}
+
+void Communicator::await_abort_notice(const std::string& context, uint64_t sequence) {
   // A rank that gives up sends its notice and then resets its connections at once; the reset can be
   // seen before the notice is read. Reading on for a moment lets the notice, which names the root
   // cause (the rank that really died), win over the reset it caused.
   const auto until = Clock::now() + std::chrono::milliseconds(200);
-  while (Clock::now() < until) progress_or_throw(context);
+  while (Clock::now() < until) progress_or_throw(context, sequence);
 }
 
 void Communicator::notify_abort(const std::string& reason) {
@@ -489,8 +573,10 @@ void Communicator::notify_abort(const std::string& reason) {
   log().error("{}", reason);
   // Fire-and-forget: eager messages leave on progress; peers that are gone simply fail these sends.
   // The text lives in a member: a notice still queued to a stuck peer may be read after we return.
-  std::snprintf(abort_notice_.data(), abort_notice_.size(), "%s", reason.c_str());
-  const size_t length = std::strlen(abort_notice_.data()) + 1;
+  std::memcpy(abort_notice_.data(), &completed_, kAbortHeaderBytes);
+  char* text = abort_notice_.data() + kAbortHeaderBytes;
+  std::snprintf(text, abort_notice_.size() - kAbortHeaderBytes, "%s", reason.c_str());
+  const size_t length = kAbortHeaderBytes + std::strlen(text) + 1;
   std::vector<RequestPtr> notices;
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) notices.push_back(transport_->isend(p, kControlTag, abort_notice_.data(), length));
@@ -522,6 +608,7 @@ void Communicator::idle(uint64_t idle_rounds) {
 
 Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint,
                                CheckPayload* payload) {
+  settle_deferred_notices();
   PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
                   size_, name, broken_reason_);
   fingerprint.sequence = ++sequence_;
@@ -534,6 +621,7 @@ Collective Communicator::begin(const std::string& name, const std::string& algor
 }
 
 Collective Communicator::begin_agreed(const std::string& name, const std::string& algorithm) {
+  settle_deferred_notices();
   PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
                   size_, name, broken_reason_);
   return Collective(*this, name, algorithm, ++sequence_, Clock::now() + timeout_);
@@ -684,7 +772,8 @@ RequestPtr Communicator::p2p_recv(int peer, uint64_t user_tag, void* buf, size_t
 }
 
 void Communicator::close(std::chrono::milliseconds patience) {
-  if (broken()) return;  // a failed group closed its connections already
+  settle_deferred_notices();  // a peer that gave up says no goodbye
+  if (broken()) return;       // a failed group closed its connections already
   constexpr Tag kGoodbyeTag = kControlTag | 1;
   transport_->expect_close();  // a peer that got every goodbye first closes while this rank still waits
   std::vector<uint8_t> goodbyes(size_t(size_), 0);

@@ -74,6 +74,12 @@ class Collective {
  public:
   Collective(Communicator& comm, std::string name, std::string algorithm, uint64_t sequence,
              Clock::time_point deadline);
+  // Left without an exception, a collective has finished every exchange of its own on this rank: an
+  // abort notice this rank sends later says so, and the peers still in it finish it (Communicator).
+  ~Collective();
+  Collective(Collective&& other) noexcept;
+  Collective(const Collective&) = delete;
+  Collective& operator=(const Collective&) = delete;
   const std::string& name() const { return name_; }
   const std::string& algorithm() const { return algorithm_; }
   int rank() const;
@@ -128,6 +134,8 @@ class Collective {
   Clock::time_point started_;
   Clock::time_point deadline_;
   bool posted_waiting_ = false;
+  bool owns_sequence_ = true;                      // false once moved from
+  int exceptions_at_start_ = 0;                    // std::uncaught_exceptions() when it began
 };
 
 class Communicator {
@@ -216,13 +224,29 @@ class Communicator {
 
  private:
   friend class Collective;
-  // Progresses the transport once; throws PeerError when another rank sent an abort notice.
-  bool progress_or_throw(const std::string& context);
+  // Progresses the transport once; throws PeerError when another rank sent an abort notice, unless
+  // that rank had finished collective `sequence` (this rank's, 0 outside a collective) before giving
+  // up: everything it sent for it has left, and it has everything this rank sent it, so this rank
+  // finishes the collective as that rank did (the notice is deferred, see DeferredNotice).
+  bool progress_or_throw(const std::string& context, uint64_t sequence = 0);
   void notify_abort(const std::string& reason);
   // Before blaming a peer whose connection failed: throws PeerError with its reason if that peer's
   // abort notice arrives within a short grace period; returns otherwise.
-  void await_abort_notice(const std::string& context);
+  void await_abort_notice(const std::string& context, uint64_t sequence = 0);
   void post_abort_receive();
+  // An abort notice from a peer that had finished the collective this rank was still in. The group
+  // is broken from the end of that collective on (settle_deferred_notices).
+  struct DeferredNotice {
+    int peer = -1;
+    uint64_t completed = 0;  // the sender's last finished collective
+    std::string reason;
+    Clock::time_point arrived;
+  };
+  const DeferredNotice* deferred_notice_from(int peer) const;
+  // A deferred notice fails this rank: the group is broken, every connection closed, PeerError thrown.
+  [[noreturn]] void fail_on_notice(const std::string& context, int peer, const std::string& reason);
+  // Between collectives: a deferred notice now breaks the group (the next call is refused, naming it).
+  void settle_deferred_notices();
   // Spin, then block on the transport: briefly where ranks outnumber this machine's cores.
   void idle(uint64_t idle_rounds);
   void learn_hosts(const std::string& hostname);
@@ -254,7 +278,9 @@ class Communicator {
   std::vector<ProcessWatch> local_process_of_rank_;  // a pidfd (or /proc) watch of each of those
   std::string broken_reason_;
   std::vector<char> abort_buffer_;
-  std::array<char, 512> abort_notice_{};
+  std::array<char, 512> abort_notice_{};  // the notice this rank sends: its completed_, then the reason
+  uint64_t completed_ = 0;                 // the last collective whose exchanges all finished on this rank
+  std::vector<DeferredNotice> deferred_notices_;
   RequestPtr abort_receive_;
   bool aborting_ = false;
   std::atomic<bool> abort_requested_{false};
