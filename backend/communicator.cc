@@ -773,7 +773,13 @@ RequestPtr Communicator::p2p_recv(int peer, uint64_t user_tag, void* buf, size_t
 
 void Communicator::close(std::chrono::milliseconds patience) {
   settle_deferred_notices();  // a peer that gave up says no goodbye
-  if (broken()) return;       // a failed group closed its connections already
+  if (abort_requested_.load()) {
+    // torch's abort() came before or during the destroy: the peers are told, as after an abort, even
+    // if a collective that the abort stopped has already marked the group broken (without notices).
+    notify_abort(fmt::format("pride rank {}/{}: the process group was aborted", rank_, size_));
+    return;
+  }
+  if (broken()) return;  // a failed group closed its connections already
   constexpr Tag kGoodbyeTag = kControlTag | 1;
   transport_->expect_close();  // a peer that got every goodbye first closes while this rank still waits
   std::vector<uint8_t> goodbyes(size_t(size_), 0);
@@ -803,6 +809,11 @@ void Communicator::close(std::chrono::milliseconds patience) {
   }
   const auto late = std::count_if(requests.begin(), requests.end(), [](const RequestPtr& r) { return r->pending(); });
   if (late > 0) log().debug("rank {}: closing with {} goodbye messages unanswered", rank_, late);
+  if (abort_requested_.load()) {
+    notify_abort(fmt::format("pride rank {}/{}: the process group was aborted", rank_, size_));
+    requests.clear();  // the connections are closed: nothing reads their buffers any more
+    return;
+  }
   requests.clear();  // cancels what is still pending
   abort_receive_.reset();
   broken_reason_ = fmt::format("rank {}/{}: the process group was destroyed", rank_, size_);

@@ -228,6 +228,12 @@ void PrideBackend::shutdown() {
 }
 
 void PrideBackend::abort() {
+  // First, outside the once-flag that a destroy may hold: a destroy waiting for its peers' goodbyes
+  // (Communicator::close) or for a queued collective stops at its next poll, tells the peers and
+  // closes the connections; this abort then finds the group ended instead of waiting up to the
+  // goodbyes' patience (Gloo's abort returns at once).
+  comm_->request_abort();
+  comm_->transport().wake();
   std::call_once(ended_, [this] {
     std::deque<Queued> dropped;
     {

@@ -71,6 +71,49 @@ def test_destroy_does_not_wait_for_a_peer_that_died_or_aborted(how):
     assert (outcome[1] is None) == (how == "aborted"), outcome
 
 
+def _abort_while_destroy_waits(rank, world, store_path, what):
+    import threading
+
+    init_group(rank, world, store_path, timeout_s=60)
+    dist.all_reduce(torch.ones(2))
+    if rank == 1:
+        time.sleep(4)  # rank 0's destroy waits for this rank meanwhile
+        if what == "a_collective":
+            # rank 0 was told of the abort that ended its all_reduce: this one fails at once, naming it
+            start = time.monotonic()
+            with pytest.raises(Exception, match="peer 0 gave up.*aborted"):
+                dist.all_reduce(torch.ones(2))
+            assert time.monotonic() - start < 2
+        dist.destroy_process_group()
+        return
+    aborted = []
+
+    def abort_from_another_thread():
+        start = time.monotonic()
+        dist.group.WORLD.abort()  # torch's ProcessGroup.abort(), as a watchdog would call it
+        aborted.append(time.monotonic() - start)
+
+    # destroy_process_group first finishes the queued work, then waits for the peers' goodbyes.
+    work = dist.all_reduce(torch.ones(2), async_op=True) if what == "a_collective" else None
+    timer = threading.Timer(1.0, abort_from_another_thread)
+    timer.start()
+    start = time.monotonic()
+    dist.destroy_process_group()
+    destroyed = time.monotonic() - start
+    timer.join()
+    # Both used to wait for rank 1 (4 s here; up to the timeout), since abort() waited for the destroy.
+    assert destroyed < 3, f"destroy_process_group took {destroyed:.1f} s though abort() came after 1 s"
+    assert aborted and aborted[0] < 1.5, f"abort() took {aborted} s"
+    if work is not None:
+        with pytest.raises(Exception, match="aborted"):
+            work.wait()
+
+
+@pytest.mark.parametrize("what", ["goodbyes", "a_collective"])
+def test_abort_from_another_thread_ends_a_destroy_that_waits(what):
+    run(_abort_while_destroy_waits, 2, what, deadline_s=60)
+
+
 def _a_peer_finishes_a_gather_then_aborts(rank, world, store_path):
     from torch.distributed.distributed_c10d import _abort_process_group
 
