@@ -55,8 +55,15 @@ bool CudaOrdering::done() {
   return true;
 }
 
-void CudaOrdering::run_on_stream(const std::function<void()>& fn) {
-  c10::cuda::CUDAStreamGuard guard(internal_);
+void CudaOrdering::run_after_end(const std::function<void()>& fn) {
+  // A stream of torch's pool, not pride's own: by the time a callback thread gets here the worker may
+  // have queued later operations on pride's stream, and an event recorded there would wait for them too.
+  c10::cuda::CUDAGuard device_guard(device_);
+  c10::cuda::CUDAStream after_end = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  if (finished_.load(std::memory_order_acquire)) {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(after_end.stream(), end_.get(), 0));
+  }
+  c10::cuda::CUDAStreamGuard stream_guard(after_end);
   fn();
 }
 

@@ -45,7 +45,7 @@ class CudaOrdering final : public DeviceCompletion {
 
   void block_current_stream() override;
   bool done() override;
-  void run_on_stream(const std::function<void()>& fn) override;
+  void run_after_end(const std::function<void()>& fn) override;
   c10::Device device() const override { return device_; }
 
  private:

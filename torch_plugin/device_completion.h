@@ -16,9 +16,11 @@ class DeviceCompletion {
   virtual void block_current_stream() = 0;
   // Whether the device has finished the operation's work (false before the host side finished).
   virtual bool done() = 0;
-  // Runs fn with pride's stream as the current stream of the device, so that a Future completed in fn
-  // records its events there (c10::ivalue::Future's device semantics).
-  virtual void run_on_stream(const std::function<void()>& fn) = 0;
+  // Runs fn, on the calling thread, with a current stream of the device that waits for the operation's
+  // end (and for nothing queued on pride's stream after it): a Future completed in fn records its
+  // events there (c10::ivalue::Future's device semantics), so its callbacks and waiters see the
+  // operation's results, whichever thread completes it and however far pride's stream has got since.
+  virtual void run_after_end(const std::function<void()>& fn) = 0;
   virtual c10::Device device() const = 0;
 };
 

@@ -9,7 +9,6 @@ namespace pride::torch_plugin {
 PrideWork::PrideWork(int rank, c10d::OpType type, const char* profiling_title, std::vector<at::Tensor> outputs,
                      std::shared_ptr<DeviceCompletion> device)
     : c10d::Work(rank, type, profiling_title), outputs_(std::move(outputs)), device_(std::move(device)) {
-  if (device_) future_ = torch_compat::make_tensor_list_future({device_->device()});
   const std::string_view title = profiling_title != nullptr ? profiling_title : "collective";
   name_ = std::string(title.substr(title.rfind(':') == std::string_view::npos ? 0 : title.rfind(':') + 1));
 }
@@ -17,67 +16,52 @@ PrideWork::PrideWork(int rank, c10d::OpType type, const char* profiling_title, s
 c10::intrusive_ptr<c10::ivalue::Future> PrideWork::getFuture() {
   std::lock_guard<std::mutex> lock(future_mutex_);
   if (!future_) {
-    future_ = torch_compat::make_tensor_list_future();
+    future_ = device_ ? torch_compat::make_tensor_list_future({device_->device()})
+                      : torch_compat::make_tensor_list_future();
     // Already ended: complete it here, before anyone can add a callback (so none runs under the lock).
-    if (ended_ && end_error_) future_->setError(end_error_);
-    if (ended_ && !end_error_) future_->markCompleted(c10::IValue(outputs_));
+    if (ended_) mark_future(*future_, end_error_);
   }
   return future_;
 }
 
-void PrideWork::complete(std::exception_ptr error) {
-  if (!device_) {
-    c10::intrusive_ptr<c10::ivalue::Future> future;
-    {
-      std::lock_guard<std::mutex> lock(future_mutex_);
-      ended_ = true;
-      end_error_ = error;
-      future = future_;
-    }
-    if (!future) {
-      finish(error);  // a getFuture() from now on returns a completed Future
-      return;
-    }
-    // The Future first, then the Work (Work::wait() returning implies the Future's value is visible), on
-    // a thread of CallbackThreads: the Future's callbacks run there.
-    CallbackThreads::instance().post([work = c10::intrusive_ptr<PrideWork>::reclaim_copy(this), future, error] {
-      std::exception_ptr failed = error;
-      try {
-        if (error) {
-          future->setError(error);
-        } else {
-          future->markCompleted(c10::IValue(work->outputs_));
-        }
-      } catch (...) {
-        failed = std::current_exception();
-        future->setErrorIfNeeded(failed);
-      }
-      work->finish(failed);
-    });
-    return;
-  }
-  // CUDA: the Future first, its events recorded on pride's stream right after the operation, by the
-  // worker (its callbacks run here too; docs/design.md).
-  auto mark = [&] {
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-  };
+std::exception_ptr PrideWork::mark_future(c10::ivalue::Future& future, std::exception_ptr error) {
   try {
-    if (!error) {
-      device_->run_on_stream(mark);
+    if (error) {
+      future.setError(error);
+    } else if (device_) {
+      // Its CUDA events go on a stream that waits for the operation's end event (device_completion.h).
+      device_->run_after_end([&] { future.markCompleted(c10::IValue(outputs_)); });
     } else {
-      mark();
+      future.markCompleted(c10::IValue(outputs_));
     }
   } catch (...) {
-    // Recording the Future's CUDA events (or a callback run inline) failed: the Work fails with that,
-    // and the worker thread carries on.
+    // Recording the Future's CUDA events failed: the Future, and the Work if it has not ended, fail
+    // with that.
     error = std::current_exception();
-    future_->setErrorIfNeeded(error);
+    future.setErrorIfNeeded(error);
   }
-  finish(error);
+  return error;
+}
+
+void PrideWork::complete(std::exception_ptr error) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(future_mutex_);
+    ended_ = true;
+    end_error_ = error;
+    future = future_;
+  }
+  if (!future) {
+    finish(error);  // a getFuture() from now on returns a completed Future
+    return;
+  }
+  // The Future first, then the Work (Work::wait() returning implies the Future's value is visible), on
+  // a thread of CallbackThreads: the Future's callbacks run there, never on the worker, which alone runs
+  // the group's operations (a callback may wait for one). CUDA operations too: the Future's events
+  // then wait for this operation's end event on a stream of their own.
+  CallbackThreads::instance().post([work = c10::intrusive_ptr<PrideWork>::reclaim_copy(this), future, error] {
+    work->finish(work->mark_future(*future, error));
+  });
 }
 
 void PrideWork::synchronize() {

@@ -29,10 +29,10 @@ class PrideWork : public c10d::Work {
   // "Operation timed out!"). The operation goes on: a later wait() can still succeed.
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
 
-  // An operation on CUDA tensors has its Future from the start, completed by the worker on pride's
-  // stream. Otherwise the Future is made when first asked for: the worker then completes it through
-  // CallbackThreads (callback_threads.h), so that its callbacks never run on the worker, and a Work
-  // nobody asked the Future of costs no handover (a later getFuture() returns it completed).
+  // The Future is made when first asked for: the worker then completes it through CallbackThreads
+  // (callback_threads.h), so that its callbacks never run on the worker, and a Work nobody asked the
+  // Future of costs no handover (a later getFuture() returns it completed). An operation on CUDA
+  // tensors gives a Future of its device, whose events wait for the operation's end event.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return source_rank_; }
@@ -55,6 +55,9 @@ class PrideWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool ended_ = false;
   std::exception_ptr end_error_;
+  // Completes `future` with the outputs (after the device's end, for CUDA) or `error`; returns the error
+  // the Work ends with (`error`, or the failure to complete the Future).
+  std::exception_ptr mark_future(c10::ivalue::Future& future, std::exception_ptr error);
   int source_rank_ = -1;
   std::string name_;
   std::string description_;
