@@ -168,6 +168,36 @@ def test_momentum_sync_averages_the_selected_momenta():
     harness.run(_momentum_sync_worker, 3)
 
 
+def _steps_apart_worker(rank, world_size, store_path, aggregation):
+    import pride
+
+    harness.init_group(rank, world_size, store_path)
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in SHAPES]
+    opt = pride.optim.DistributedLion(params, lr=0.01, aggregation=aggregation,
+                                      momentum_sync=pride.optim.MomentumSync(every=3))
+    for step in range(5):
+        for p, g in zip(params, _grads(rank, step, SHAPES, torch.float32)):
+            p.grad = g
+        opt.step()
+        if step == 3:
+            older = opt.state_dict()
+    # rank 1 resumes from the checkpoint one step older than rank 0's
+    opt.load_state_dict(older if rank == 1 else opt.state_dict())
+    for p, g in zip(params, _grads(rank, 5, SHAPES, torch.float32)):
+        p.grad = g
+    with pytest.raises(ValueError, match=r"step counts differ \(rank 0 at step 5, rank 1 at step 4\)"):
+        opt.step()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("aggregation", ["bits", "int8"])
+def test_ranks_whose_momentum_sync_schedules_are_a_step_apart_are_told_the_steps(aggregation):
+    """The ranks used to meet at the first step whose schedule differed, one averaging its momenta and the
+    other voting: "ranks disagree on the collective: allreduce SUM ... vs ...", without the counts."""
+    harness.run(_steps_apart_worker, 2, aggregation)
+
+
 def test_lion_cub_options_refuse_bad_combinations():
     import pride
 

@@ -878,6 +878,36 @@ def test_an_old_state_dict_restores_the_step_count():
     assert fresh.steps == 7
 
 
+def test_lion_pytorchs_state_loads_and_another_optimizers_is_refused_by_name():
+    # lion-pytorch's state means what DistributedLion's does: resuming from it continues as lion-pytorch
+    # itself continues (the oracle). AdamW's would load silently (torch's optimizers accept each other's)
+    # with exp_avg taken for the momentum: refused, naming what a Lion does not keep.
+    import copy
+
+    from lion_pytorch import Lion
+    from pride.optim import DistributedLion
+
+    model, twin = make_model(torch.float32), make_model(torch.float32)
+    lion = Lion(twin.parameters(), lr=0.01, betas=(0.9, 0.99), weight_decay=0.1)
+    _train_steps(twin, lion, 0, range(3))
+    model.load_state_dict(twin.state_dict())
+    opt = DistributedLion(model.parameters(), lr=0.5)
+    # a copy, as from a file: torch's load_state_dict keeps the very tensors it is given
+    opt.load_state_dict(copy.deepcopy(lion.state_dict()))
+    assert opt.param_groups[0]["lr"] == 0.01 and opt.param_groups[0]["betas"] == (0.9, 0.99)
+    _train_steps(model, opt, 0, range(3, 6))
+    _train_steps(twin, lion, 0, range(3, 6))
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a.detach(), b.detach())
+
+    adamw = torch.optim.AdamW(twin.parameters(), lr=0.01)
+    _train_steps(twin, adamw, 0, range(1))
+    fresh = DistributedLion(make_model(torch.float32).parameters(), lr=0.01)
+    with pytest.raises(ValueError, match=r"the state of parameter 0 holds exp_avg_sq, which a Lion does not keep"):
+        fresh.load_state_dict(adamw.state_dict())
+    assert fresh.param_groups[0]["lr"] == 0.01 and not fresh.state, "nothing of the refused state may load"
+
+
 def test_the_step_count_is_in_every_param_group_and_not_in_the_layout():
     from pride.optim import DistributedLion
 

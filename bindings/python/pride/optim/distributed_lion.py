@@ -181,6 +181,7 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         they differ), or, in a state dict saved before they held it, from the "pride" entry; a state dict
         with neither (torch's own keys, written by hand) leaves the count as it was."""
         state_dict = dict(state_dict)
+        _refuse_another_optimizers_state(state_dict)
         saved = state_dict.pop("pride", None)
         before = self.steps
         rank, world = self._rank_and_world()
@@ -339,12 +340,18 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         return int.from_bytes(hashlib.blake2b(repr(layout).encode(), digest_size=8).digest(), "little")
 
     def _raise_layout_mismatch(self, layout):
-        """Every rank gets here together: gather the layouts and name the first difference."""
+        """Every rank gets here together: gather the layouts (and step counts) and name the first difference."""
         everyone = [None] * dist.get_world_size(self.group)
-        dist.all_gather_object(everyone, layout, group=self.group)
+        dist.all_gather_object(everyone, (layout, self.steps), group=self.group)
         me = dist.get_rank(self.group)
+        layouts = [lay for lay, _ in everyone]
+        if all(lay == layouts[0] for lay in layouts) and len({steps for _, steps in everyone}) > 1:
+            counts = ", ".join(f"rank {r} at step {steps}" for r, (_, steps) in enumerate(everyone))
+            raise ValueError(f"DistributedLion (rank {me}): the ranks' step counts differ ({counts}), and the "
+                             f"MomentumSync schedule counts steps; every rank must resume from the same "
+                             f"checkpoint (opt.steps, state_dict()['pride']['steps'])")
         raise ValueError(f"DistributedLion (rank {me}): the ranks' parameter lists differ: "
-                         f"{_first_difference(everyone)}; every rank must build the same model and optimizer")
+                         f"{_first_difference(layouts)}; every rank must build the same model and optimizer")
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -375,6 +382,12 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         if layout != self._layout_digested[0]:  # the digest of an unchanged layout is kept, not rehashed
             self._layout_digested = (layout, self._digest(layout))
         digest = self._layout_digested[1]
+        if self.momentum_sync is not None:
+            # The schedule reads the step count: ranks a step apart (one loaded an older checkpoint) would
+            # average their momenta at different steps, and pair one rank's averaging with another's
+            # vote. The count joins the digest here (the layout's digest is kept; this costs no hashing),
+            # so they are told by name at the first step (_raise_layout_mismatch).
+            digest = (digest ^ ((self.steps + 1) * 0x9E3779B97F4A7C15)) & 0xFFFFFFFFFFFFFFFF
         if (self.mode == "global" or self.aggregation != "bits") and self._distributed():
             self._check_layout_global(layout, digest)
         for group_index, group in enumerate(self.param_groups):
@@ -534,6 +547,23 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         anyone = flat[offset:].tolist()
         return [flat[at:at + p.numel()].view_as(p).to(p.dtype) if any_grad > 0 else None
                 for p, at, any_grad in zip(params, offsets, anyone)]
+
+
+# What a Lion's state holds per parameter: its momentum (lion-pytorch's and this optimizer's "exp_avg"),
+# and a step count some implementations keep (ignored: the count comes from the param groups).
+_LION_STATE_KEYS = {"exp_avg", "step"}
+
+
+def _refuse_another_optimizers_state(state_dict):
+    """torch's optimizers load each other's state dicts silently. A Lion's (lion-pytorch's) loads with its
+    meaning intact; another optimizer's does not: AdamW's exp_avg is a momentum of another kind (its betas,
+    its lr with it), and its second moment would sit unused. Refuse that by name."""
+    for index, entry in state_dict.get("state", {}).items():
+        foreign = sorted(set(entry) - _LION_STATE_KEYS) if isinstance(entry, dict) else []
+        if foreign:
+            raise ValueError(f"DistributedLion.load_state_dict: the state of parameter {index} holds "
+                             f"{', '.join(foreign)}, which a Lion does not keep: the state dict was saved by "
+                             f"another optimizer (a Lion's, such as lion-pytorch's, loads)")
 
 
 def _first_difference(layouts):
