@@ -193,6 +193,12 @@ void Collective::check_request(const Request& r) {
     comm_.notify_abort(message);
     throw MismatchError(message);
   }
+  std::string peer_failure = comm_.transport_->peer_failure(r.peer());
+  if (!peer_failure.empty() && comm_.deferred_notice_from(r.peer()) == nullptr) {
+    // The reset can be seen before the notice that it follows: read on for it. It throws with the root
+    // cause if the peer gave up in this collective, and defers it if the peer had finished it.
+    comm_.await_abort_notice(describe(), sequence_);
+  }
   if (const Communicator::DeferredNotice* notice = comm_.deferred_notice_from(r.peer())) {
     // That peer finished this collective before it gave up, so it had received all this rank sent it;
     // its closing connection may still fail a send's last acknowledgement. A receive that failed lost
@@ -203,10 +209,8 @@ void Collective::check_request(const Request& r) {
     comm_.notify_abort(message);
     throw PeerError(message);
   }
-  std::string peer_failure = comm_.transport_->peer_failure(r.peer());
   std::string message;
   if (!peer_failure.empty()) {
-    comm_.await_abort_notice(describe(), sequence_);  // throws with the root cause if the peer gave up itself
     message = fmt::format("pride {}: peer {} failed ({})", describe(), r.peer(), peer_failure);
   } else if (!r.is_send() && r.error() == "Message truncated") {
     message = fmt::format("pride {}: peer {} sent more data than this rank expected; the ranks called "
@@ -254,6 +258,7 @@ void Collective::wait(RequestPtr& request) {
         std::string gone = comm_.peer_gone(request->peer());
         if (!gone.empty()) {
           comm_.await_abort_notice(describe(), sequence_);
+          if (comm_.deferred_notice_from(request->peer()) != nullptr) continue;  // it finished: the grace applies
           std::string message = fmt::format("pride {}: peer {} failed: {}", describe(), request->peer(), gone);
           comm_.notify_abort(message);
           throw PeerError(message);
@@ -324,6 +329,15 @@ void Collective::wait_external(const std::string& what, const std::function<bool
                 fmt::format("pride {}: timed out waiting for {} (the group's timeout of {} ms passed){}", describe(),
                             what, comm_.timeout_.count(), absent_ranks()));
     }
+    for (const Communicator::DeferredNotice& notice : comm_.deferred_notices_) {
+      // A peer that finished this collective and gave up (its engine's work aborted with it) has sent
+      // all it will; the other engine has had the grace to deliver it.
+      if (now - notice.arrived > kDeferredNoticeGrace) {
+        fail_with([](const std::string& m) { return PeerError(m); },
+                  fmt::format("pride {}: {}: peer {} gave up after finishing this collective, and this rank's part "
+                              "did not end: {}", describe(), what, notice.peer, notice.reason));
+      }
+    }
     if (now >= next_liveness_check) {  // the other engine may never notice a dead peer: this rank looks
       next_liveness_check = now + kLivenessInterval;
       note_long_wait(now);
@@ -338,6 +352,7 @@ void Collective::wait_external(const std::string& what, const std::function<bool
           give_up();
           throw;
         }
+        if (comm_.deferred_notice_from(peer) != nullptr) continue;  // it finished: the grace applies
         fail_with([](const std::string& m) { return PeerError(m); },
                   fmt::format("pride {}: {}: peer {} failed: {}", describe(), what, peer, gone));
       }
@@ -504,8 +519,10 @@ void Communicator::post_abort_receive() {
 
 bool Communicator::progress_or_throw(const std::string& context, uint64_t sequence) {
   if (abort_requested_.load()) {
+    // The notices out and every connection closed before the operation unwinds: its Work fails, and the
+    // caller may free buffers that a send still queued or a peer's read of a large one would touch.
     std::string message = fmt::format("pride {}: the process group was aborted", context);
-    broken_reason_ = message;
+    notify_abort(message);
     throw PeerError(message);
   }
   bool progressed = transport_->progress();
@@ -530,8 +547,9 @@ bool Communicator::progress_or_throw(const std::string& context, uint64_t sequen
     }
     fail_on_notice(context, peer, reason);
   }
-  if (!deferred_notices_.empty() && (sequence == 0 || sequence > deferred_notices_.front().completed)) {
-    fail_on_notice(context, deferred_notices_.front().peer, deferred_notices_.front().reason);
+  for (const DeferredNotice& notice : deferred_notices_) {
+    // Outside a collective (point-to-point), or in one past what that peer finished: it is not coming.
+    if (sequence == 0 || sequence > notice.completed) fail_on_notice(context, notice.peer, notice.reason);
   }
   return progressed;
 }
@@ -550,12 +568,19 @@ const Communicator::DeferredNotice* Communicator::deferred_notice_from(int peer)
   return nullptr;
 }
 
-void Communicator::settle_deferred_notices() {
-  if (deferred_notices_.empty() || broken()) return;
-  const DeferredNotice& notice = deferred_notices_.front();
-  broken_reason_ = fmt::format("rank {}/{}: peer {} gave up after collective #{}: {}", rank_, size_, notice.peer,
-                               notice.completed, notice.reason);
-  transport_->abort();
+void Communicator::settle_deferred_notices(uint64_t next_sequence) {
+  if (broken()) return;
+  for (const DeferredNotice& notice : deferred_notices_) {
+    // A peer that finished this collective too (it got ahead: the fingerprint check is off) sent its
+    // part before its notice, as for the one in progress when the notice came.
+    if (next_sequence != 0 && next_sequence <= notice.completed) continue;
+    // Only marked broken: nothing of this rank's is in flight, and the connections stay open until the
+    // group ends (close(), the destructor), so that this rank's last messages, complete here but
+    // perhaps still in the transport's buffers, reach the peers still reading them.
+    broken_reason_ = fmt::format("rank {}/{}: peer {} gave up after collective #{}: {}", rank_, size_, notice.peer,
+                                 notice.completed, notice.reason);
+    return;
+  }
 }
 
 void Communicator::await_abort_notice(const std::string& context, uint64_t sequence) {
@@ -608,7 +633,7 @@ void Communicator::idle(uint64_t idle_rounds) {
 
 Collective Communicator::begin(const std::string& name, const std::string& algorithm, Fingerprint fingerprint,
                                CheckPayload* payload) {
-  settle_deferred_notices();
+  settle_deferred_notices(sequence_ + 1);
   PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
                   size_, name, broken_reason_);
   fingerprint.sequence = ++sequence_;
@@ -621,7 +646,7 @@ Collective Communicator::begin(const std::string& name, const std::string& algor
 }
 
 Collective Communicator::begin_agreed(const std::string& name, const std::string& algorithm) {
-  settle_deferred_notices();
+  settle_deferred_notices(sequence_ + 1);
   PRIDE_ENFORCE_T(PeerError, !broken(), "pride rank {}/{}: {} refused: the group failed earlier ({})", rank_,
                   size_, name, broken_reason_);
   return Collective(*this, name, algorithm, ++sequence_, Clock::now() + timeout_);

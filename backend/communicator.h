@@ -245,8 +245,9 @@ class Communicator {
   const DeferredNotice* deferred_notice_from(int peer) const;
   // A deferred notice fails this rank: the group is broken, every connection closed, PeerError thrown.
   [[noreturn]] void fail_on_notice(const std::string& context, int peer, const std::string& reason);
-  // Between collectives: a deferred notice now breaks the group (the next call is refused, naming it).
-  void settle_deferred_notices();
+  // Before collective `next_sequence` (0: the group ends): a deferred notice from a peer that had not
+  // finished it breaks the group (the call is refused, naming the notice).
+  void settle_deferred_notices(uint64_t next_sequence = 0);
   // Spin, then block on the transport: briefly where ranks outnumber this machine's cores.
   void idle(uint64_t idle_rounds);
   void learn_hosts(const std::string& hostname);

@@ -215,8 +215,12 @@ void PrideBackend::shutdown() {
       goodbye = run_on_worker("pride:shutdown", {}, [this, patience](Communicator& comm) {
         comm.close(patience);
 #ifdef PRIDE_WITH_NCCL_TRANSPORT
-        // After every rank's goodbye: no peer still reads from these communicators.
-        nccl_->group.close(patience);
+        if (comm.abort_requested()) {
+          nccl_->group.abort();  // abort() came during the destroy: no graceful finish to wait for
+        } else {
+          // After every rank's goodbye: no peer still reads from these communicators.
+          nccl_->group.close(patience);
+        }
 #endif
       });
       goodbye->wait();

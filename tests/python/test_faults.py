@@ -118,25 +118,27 @@ def test_abort_from_another_thread_ends_a_destroy_that_waits(what):
     run(_abort_while_destroy_waits, 2, what, deadline_s=60)
 
 
-def _a_peer_finishes_a_gather_then_aborts(rank, world, store_path):
+def _a_peer_finishes_gathers_then_aborts(rank, world, store_path, gathers):
     from torch.distributed.distributed_c10d import _abort_process_group
 
     init_group(rank, world, store_path, timeout_s=30)
     g = dist.new_group([0, 1, 2])
     dist.barrier()
-    piece = torch.full((64,), float(rank + 1))
+    pieces = [torch.full((64,), float(10 * i + rank + 1)) for i in range(gathers)]
     if rank == 1:
-        # Without the fingerprint check (env below) rank 1's part of the gather is one send, done at
-        # once; it aborts the group while rank 0 still waits for rank 2's part.
-        dist.gather(piece, dst=0, group=g)
+        # Without the fingerprint check (env below) rank 1's part of a gather is one send, done at once;
+        # it aborts the group while rank 0 still waits for rank 2's parts.
+        for piece in pieces:
+            dist.gather(piece, dst=0, group=g)
         _abort_process_group(g)
     else:
         if rank == 2:
             time.sleep(0.5)
-        out = [torch.zeros(64) for _ in range(world)] if rank == 0 else None
-        dist.gather(piece, out, dst=0, group=g)
-        if rank == 0:
-            assert [t.tolist() for t in out] == [[float(r + 1)] * 64 for r in range(world)]
+        for i, piece in enumerate(pieces):
+            out = [torch.zeros(64) for _ in range(world)] if rank == 0 else None
+            dist.gather(piece, out, dst=0, group=g)
+            if rank == 0:
+                assert [t.tolist() for t in out] == [[float(10 * i + r + 1)] * 64 for r in range(world)]
         # The group is broken from then on, and says by whom.
         with pytest.raises(Exception, match="peer 1 gave up"):
             dist.all_reduce(torch.ones(4), group=g)
@@ -144,12 +146,14 @@ def _a_peer_finishes_a_gather_then_aborts(rank, world, store_path):
     dist.destroy_process_group()
 
 
-def test_a_peer_that_aborts_after_finishing_a_collective_lets_the_others_finish_it():
+@pytest.mark.parametrize("gathers", [1, 2])
+def test_a_peer_that_aborts_after_finishing_a_collective_lets_the_others_finish_it(gathers):
     """Rank 1 aborts a group right after its own gather succeeded. Its abort notice used to fail that
     same gather on rank 0, which had (or was about to have) every part: the ranks disagreed on the
     outcome of the last call before the abort (1 in 20 runs with the check on, every run here). The
-    notice says which collectives its sender finished, and the others finish those too."""
-    run(_a_peer_finishes_a_gather_then_aborts, 3, env={"PRIDE_CHECK_FINGERPRINT": "0"}, deadline_s=90)
+    notice says which collectives its sender finished, and the others finish those too, also when the
+    sender got a collective ahead of them."""
+    run(_a_peer_finishes_gathers_then_aborts, 3, gathers, env={"PRIDE_CHECK_FINGERPRINT": "0"}, deadline_s=90)
 
 
 def _address_space_in_use():

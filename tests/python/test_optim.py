@@ -906,6 +906,17 @@ def test_lion_pytorchs_state_loads_and_another_optimizers_is_refused_by_name():
     with pytest.raises(ValueError, match=r"the state of parameter 0 holds exp_avg_sq, which a Lion does not keep"):
         fresh.load_state_dict(adamw.state_dict())
     assert fresh.param_groups[0]["lr"] == 0.01 and not fresh.state, "nothing of the refused state may load"
+    # torch's load_state_dict pre-hooks, the documented way to adapt a state dict, run first
+    def keep_the_momentum_only(optimizer, state_dict):
+        state_dict = copy.deepcopy(state_dict)
+        for entry in state_dict["state"].values():
+            entry.pop("exp_avg_sq")
+        return state_dict
+
+    fresh.register_load_state_dict_pre_hook(keep_the_momentum_only)
+    fresh.load_state_dict(adamw.state_dict())
+    first = next(iter(twin.parameters()))
+    assert torch.equal(fresh.state[fresh.param_groups[0]["params"][0]]["exp_avg"], adamw.state[first]["exp_avg"])
 
 
 def test_the_step_count_is_in_every_param_group_and_not_in_the_layout():

@@ -181,9 +181,17 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         they differ), or, in a state dict saved before they held it, from the "pride" entry; a state dict
         with neither (torch's own keys, written by hand) leaves the count as it was."""
         state_dict = dict(state_dict)
-        _refuse_another_optimizers_state(state_dict)
         saved = state_dict.pop("pride", None)
         before = self.steps
+        previous = {"state": self.state, "param_groups": self.param_groups}  # torch's load replaces both
+        super().load_state_dict(state_dict)  # the param groups are now the saved ones
+        try:
+            # After torch's load, so that its load_state_dict pre-hooks (the documented way to adapt a state
+            # dict, e.g. dropping AdamW's second moment) have run.
+            _refuse_another_optimizers_state(self)
+        except ValueError:
+            self.__setstate__(previous)
+            raise
         rank, world = self._rank_and_world()
         if saved is not None and world > 1 and saved.get("rank") != rank:
             _log.warning(
@@ -191,7 +199,6 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
                 "starts from that rank's momentum (replicas stay identical). To keep every rank's own momentum, "
                 "save and load opt.sharded_state_dict() with torch.distributed.checkpoint.", rank, world,
                 saved.get("rank"), saved.get("world_size"))
-        super().load_state_dict(state_dict)  # the param groups are now the saved ones
         counts = [int(group["step"]) for group in self.param_groups if "step" in group]
         if counts:
             self.steps = max(counts)
@@ -554,11 +561,13 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
 _LION_STATE_KEYS = {"exp_avg", "step"}
 
 
-def _refuse_another_optimizers_state(state_dict):
+def _refuse_another_optimizers_state(opt):
     """torch's optimizers load each other's state dicts silently. A Lion's (lion-pytorch's) loads with its
     meaning intact; another optimizer's does not: AdamW's exp_avg is a momentum of another kind (its betas,
-    its lr with it), and its second moment would sit unused. Refuse that by name."""
-    for index, entry in state_dict.get("state", {}).items():
+    its lr with it), and its second moment would sit unused. Refuse that by name (the state as loaded)."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    for index, p in enumerate(params):
+        entry = opt.state.get(p, {})
         foreign = sorted(set(entry) - _LION_STATE_KEYS) if isinstance(entry, dict) else []
         if foreign:
             raise ValueError(f"DistributedLion.load_state_dict: the state of parameter {index} holds "
