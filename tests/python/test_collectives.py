@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from distributed_harness import init_group, run
+from future_callbacks import future_callbacks
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
           torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
@@ -557,66 +558,9 @@ def test_float_sums_give_the_same_bits_on_every_rank_beside_gloo(world):
     run(_float_sums_beside_gloo, world, deadline_s=180)
 
 
-def _future_callbacks(rank, world, store_path, backend, out_path):
-    """What a Future's callbacks may do, on pride as on Gloo: issue and wait for another collective of the
-    same group (torch's PowerSGD hook does, in compute_qs), and compute with autograd as on the caller's
-    thread. The callbacks of pride's CPU operations once ran on the group's worker thread, the only one
-    that runs its operations: the inner wait never ended, and they ran below autograd."""
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-
-    init_group(rank, world, store_path, backend=backend, timeout_s=30)
-    # A chain: each callback all-reduces the next tensor and waits for it, from inside the callback.
-    tensors = [torch.full((1 << 16,), float(rank + i)) for i in range(4)]
-
-    def next_one(i):
-        def callback(fut):
-            if i < len(tensors):
-                dist.all_reduce(tensors[i], async_op=True).get_future().wait()
-            return fut.value()
-        return callback
-
-    fut = dist.all_reduce(tensors[0], async_op=True).get_future()
-    for i in range(1, len(tensors) + 1):
-        fut = fut.then(next_one(i))
-    fut.wait()
-    for i, t in enumerate(tensors):
-        assert torch.equal(t, torch.full_like(t, float(sum(r + i for r in range(world))))), (backend, i)
-
-    # A callback computes as the caller would: autograd records, in-place ops count versions.
-    x = torch.ones(3, requires_grad=True)
-    counted = torch.zeros(3)
-    seen = {}
-
-    def autograd_callback(fut):
-        seen["grad_fn"] = (x * 2).sum().grad_fn is not None
-        before = counted._version
-        counted.add_(1)
-        seen["version"] = counted._version > before
-        return fut.value()
-
-    dist.all_reduce(torch.ones(1 << 22), async_op=True).get_future().then(autograd_callback).wait()
-    assert seen["grad_fn"] and seen["version"], (backend, seen)
-
-    # torch's PowerSGD DDP hook: its first compressed step waits for an allreduce inside a callback.
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2)
-    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    g = torch.Generator().manual_seed(rank)
-    for _ in range(5):
-        opt.zero_grad()
-        ddp(torch.randn(16, 32, generator=g)).pow(2).mean().backward()
-        opt.step()
-    if rank == 0:
-        torch.save([p.detach() for p in model.parameters()], out_path)
-    dist.destroy_process_group()
-
-
 def test_future_callbacks_may_wait_for_collectives_and_use_autograd_as_on_gloo(tmp_path):
     for backend in ("gloo", "pride"):
-        run(_future_callbacks, 2, backend, str(tmp_path / f"{backend}.pt"), deadline_s=90)
+        run(future_callbacks, 2, backend, str(tmp_path / f"{backend}.pt"), "cpu", deadline_s=90)
     # PowerSGD's result over pride against the same training over Gloo (2 ranks: each sum has one order).
     for a, b in zip(torch.load(tmp_path / "pride.pt"), torch.load(tmp_path / "gloo.pt")):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from distributed_harness import init_group, run
+from future_callbacks import future_callbacks
 
 pytestmark = [
     pytest.mark.gpu,
@@ -162,59 +163,11 @@ def test_cuda_stream_semantics_2ranks():
     run(_stream_semantics, 2, deadline_s=240)
 
 
-def _future_callbacks_on_cuda(rank, world_size, store_path, backend, out_path):
-    """A Future's callbacks over CUDA tensors, on pride as on Gloo: a callback that waits for another
-    collective of the group (torch's PowerSGD hook does) must not run on the worker that alone runs the
-    group's operations, and what it reads on its stream must be the operation's result."""
-    import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-
-    init_group(rank, world_size, store_path, backend=backend, timeout_s=60)
-    torch.cuda.set_device(0)
-    tensors = [torch.full((1 << 16,), float(rank + i), device="cuda") for i in range(4)]
-
-    def next_one(i):
-        def callback(fut):
-            if i < len(tensors):
-                dist.all_reduce(tensors[i], async_op=True).get_future().wait()
-            return fut.value()
-        return callback
-
-    fut = dist.all_reduce(tensors[0], async_op=True).get_future()
-    for i in range(1, len(tensors) + 1):
-        fut = fut.then(next_one(i))
-    fut.wait()
-    for i, t in enumerate(tensors):
-        expected = torch.full_like(t, float(sum(r + i for r in range(world_size))))
-        assert torch.equal(t, expected), (backend, i)
-
-    # The callback's stream waits for the operation's end: behind a long kernel on the caller's stream.
-    x = torch.full((1 << 22,), -1.0, device="cuda")
-    torch.cuda._sleep(100_000_000)
-    x.fill_(float(rank + 1))
-    doubled = dist.all_reduce(x, async_op=True).get_future().then(lambda f: f.value()[0] * 2).wait()
-    total = float(sum(r + 1 for r in range(world_size)))
-    assert torch.equal(doubled, torch.full_like(x, 2 * total)), backend
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).cuda()
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
-    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2)
-    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    g = torch.Generator(device="cuda").manual_seed(rank)
-    for _ in range(5):
-        opt.zero_grad()
-        ddp(torch.randn(16, 32, generator=g, device="cuda")).pow(2).mean().backward()
-        opt.step()
-    if rank == 0:
-        torch.save([p.detach().cpu() for p in model.parameters()], out_path)
-    dist.destroy_process_group()
-
-
 def test_future_callbacks_on_cuda_may_wait_for_collectives_as_on_gloo_2ranks(tmp_path):
     for backend in ("gloo", "pride"):
-        run(_future_callbacks_on_cuda, 2, backend, str(tmp_path / f"{backend}.pt"), deadline_s=240)
+        # a chain of callbacks each waiting for the next all_reduce, a callback reading its result behind a
+        # long kernel, torch's PowerSGD hook over CUDA DDP (tests/python/future_callbacks.py)
+        run(future_callbacks, 2, backend, str(tmp_path / f"{backend}.pt"), "cuda", deadline_s=240)
     for a, b in zip(torch.load(tmp_path / "pride.pt"), torch.load(tmp_path / "gloo.pt")):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
