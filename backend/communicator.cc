@@ -592,6 +592,9 @@ void Communicator::await_abort_notice(const std::string& context, uint64_t seque
 }
 
 void Communicator::notify_abort(const std::string& reason) {
+  // Once: the first reason is the root cause, and the peers and the log have it. torch's abort() in the
+  // middle of a collective reaches here from the collective and again from the destroy that follows.
+  if (notified_) return;
   broken_reason_ = reason;
   if (aborting_) return;
   aborting_ = true;
@@ -616,6 +619,11 @@ void Communicator::notify_abort(const std::string& reason) {
   // has unwound and freed them.
   transport_->abort();
   aborting_ = false;
+  notified_ = true;
+}
+
+void Communicator::notify_requested_abort() {
+  notify_abort(fmt::format("pride rank {}/{}: the process group was aborted", rank_, size_));
 }
 
 void Communicator::idle(uint64_t idle_rounds) {
@@ -800,8 +808,8 @@ void Communicator::close(std::chrono::milliseconds patience) {
   settle_deferred_notices();  // a peer that gave up says no goodbye
   if (abort_requested_.load()) {
     // torch's abort() came before or during the destroy: the peers are told, as after an abort, even
-    // if a collective that the abort stopped has already marked the group broken (without notices).
-    notify_abort(fmt::format("pride rank {}/{}: the process group was aborted", rank_, size_));
+    // if a peer's notice has already marked the group broken (without notices from this rank).
+    notify_requested_abort();
     return;
   }
   if (broken()) return;  // a failed group closed its connections already
@@ -835,7 +843,7 @@ void Communicator::close(std::chrono::milliseconds patience) {
   const auto late = std::count_if(requests.begin(), requests.end(), [](const RequestPtr& r) { return r->pending(); });
   if (late > 0) log().debug("rank {}: closing with {} goodbye messages unanswered", rank_, late);
   if (abort_requested_.load()) {
-    notify_abort(fmt::format("pride rank {}/{}: the process group was aborted", rank_, size_));
+    notify_requested_abort();
     requests.clear();  // the connections are closed: nothing reads their buffers any more
     return;
   }

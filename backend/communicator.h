@@ -229,7 +229,10 @@ class Communicator {
   // up: everything it sent for it has left, and it has everything this rank sent it, so this rank
   // finishes the collective as that rank did (the notice is deferred, see DeferredNotice).
   bool progress_or_throw(const std::string& context, uint64_t sequence = 0);
+  // Tells every peer this rank gives up on the group (once), then closes every connection.
   void notify_abort(const std::string& reason);
+  // The notice for torch's abort() outside a collective (before or during the destroy).
+  void notify_requested_abort();
   // Before blaming a peer whose connection failed: throws PeerError with its reason if that peer's
   // abort notice arrives within a short grace period; returns otherwise.
   void await_abort_notice(const std::string& context, uint64_t sequence = 0);
@@ -283,7 +286,8 @@ class Communicator {
   uint64_t completed_ = 0;                 // the last collective whose exchanges all finished on this rank
   std::vector<DeferredNotice> deferred_notices_;
   RequestPtr abort_receive_;
-  bool aborting_ = false;
+  bool aborting_ = false;  // notify_abort() is on the stack
+  bool notified_ = false;  // this rank's notices have gone out
   std::atomic<bool> abort_requested_{false};
   Workspace workspace_;
 };

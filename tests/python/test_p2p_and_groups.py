@@ -196,9 +196,13 @@ def _abort_hung_collective(rank, world, store_path):
     timer.join()
 
 
-def test_abort_ends_a_hung_collective():
+def test_abort_ends_a_hung_collective(capfd):
     outcome = run(_abort_hung_collective, 2, deadline_s=60, expect_failures=True)
     assert outcome[0] is None, outcome[0]
+    # One abort, one error line: the collective it stopped logs it, and the destroy that follows (which
+    # tells the peers once) adds none.
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[rank 0]") and " error]" in line]
+    assert len(errors) == 1 and "allreduce" in errors[0] and "aborted" in errors[0], errors
 
 
 def _two_hosts_of_two(rank, world, store_path, sizes):
