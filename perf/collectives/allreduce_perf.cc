@@ -59,6 +59,8 @@ class AllreduceBench final : public Benchmark {
     return wrong;
   }
 
+  double bus_factor(int ranks) const override { return 2.0 * (ranks - 1) / ranks; }
+
   // Bits each rank sends per fp32 element, averaged over ranks like the measurement.
   double formula_bits(Communicator& comm, const std::string& algorithm) const override {
     const double n = comm.size();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -33,16 +34,27 @@ struct Sweep {
 };
 
 // "4", "64K", "64M", "1G" (binary multiples, as nccl-tests reads them).
+// The largest size a row may have (1 TiB): far past any host's memory, and small enough that the sweep's
+// products cannot wrap around.
+constexpr uint64_t kMaxBytes = uint64_t(1) << 40;
+
+// "4", "64K", "64M", "1G" (binary multiples, as nccl-tests reads them).
 uint64_t parse_bytes(const std::string& text, const char* flag) {
+  // strtoull would take "-4" as 2^64 - 4 and clamp an overflow silently: only digits are a size.
+  const size_t digits = text.find_first_not_of("0123456789");
+  PRIDE_CHECK_ARG(digits != 0 && !text.empty(), "{} '{}' is not a size (a whole number of bytes, with K, M or G)",
+                  flag, text);
+  errno = 0;
   char* end = nullptr;
   unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  PRIDE_CHECK_ARG(end != text.c_str(), "{} '{}' is not a size", flag, text);
   std::string suffix(end);
   uint64_t scale = 1;
   if (suffix == "K" || suffix == "k") scale = 1ull << 10;
   else if (suffix == "M" || suffix == "m") scale = 1ull << 20;
   else if (suffix == "G" || suffix == "g") scale = 1ull << 30;
   else PRIDE_CHECK_ARG(suffix.empty(), "{} '{}': unknown suffix '{}' (K, M or G)", flag, text, suffix);
+  PRIDE_CHECK_ARG(errno != ERANGE && v <= kMaxBytes / scale, "{} '{}' is larger than the {} bytes (1 TiB) a row may "
+                  "have", flag, text, kMaxBytes);
   return uint64_t(v) * scale;
 }
 
@@ -138,17 +150,22 @@ RowStats measure(Communicator& comm, Benchmark& bench, const Sweep& sweep) {
 
 std::string format_bits(double bits) { return bits < 0 ? "-" : fmt::format("{:.3f}", bits); }
 
+// nccl-tests prints N/A where it did not check (-c 0), so that an unchecked run never reads as a correct one.
+std::string format_wrong(bool checked, uint64_t wrong) { return checked ? std::to_string(wrong) : "N/A"; }
+
 class Table {
  public:
   void header() const {
     fmt::print("#\n# {:>12} {:>12} {:>9} {:>15} {:>10} {:>11} {:>11} {:>15} {:>8} {:>7}\n", "size", "count", "type",
                "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire_bits/elem", "formula", "#wrong");
   }
+  // bus_factor: nccl-tests' busbw / algbw for the collective; negative: busbw is the bytes a rank
+  // actually put on the wire per second (sign-allreduce, which nccl-tests has no formula for).
   void row(uint64_t bytes, size_t count, const std::string& type, const std::string& algo, double time_us,
-           double bytes_sent_per_rank, double wire_bits, double formula, uint64_t wrong) {
-    // algbw: the bytes the caller handed in; busbw: the bytes a rank actually put on the wire.
+           double bytes_sent_per_rank, double bus_factor, double wire_bits, double formula, const std::string& wrong) {
+    // algbw: the bytes the caller handed in.
     double algbw = time_us > 0 ? double(bytes) / time_us / 1e3 : 0;
-    double busbw = time_us > 0 ? bytes_sent_per_rank / time_us / 1e3 : 0;
+    double busbw = bus_factor >= 0 ? algbw * bus_factor : time_us > 0 ? bytes_sent_per_rank / time_us / 1e3 : 0;
     fmt::print("  {:>12} {:>12} {:>9} {:>15} {:>10.1f} {:>11.3f} {:>11.3f} {:>15} {:>8} {:>7}\n", bytes, count, type,
                algo, time_us, algbw, busbw, format_bits(wire_bits), format_bits(formula), wrong);
     std::fflush(stdout);
@@ -198,9 +215,15 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
                bits::isa_name(bits::active_isa()), comm.kernel_threads(), comm.timeout().count() / 1000.0);
   }
   print_ranks(*base, comm);
+  const double bus_factor = bench.bus_factor(comm.size());
   if (root) {
-    fmt::print("#\n# time: mean per call over -n iterations (ranks synchronised before each), slowest rank\n"
-               "# busbw, wire_bits/elem: payload bytes a rank sent (fingerprints excluded), mean over ranks\n");
+    fmt::print("#\n# time: mean per call over -n iterations (ranks synchronised before each), slowest rank\n");
+    if (bus_factor >= 0) {
+      fmt::print("# busbw: algbw x {:.4g}, nccl-tests' bus bandwidth for {} ranks\n", bus_factor, comm.size());
+      fmt::print("# wire_bits/elem: payload bits a rank sent per element (fingerprints excluded), mean over ranks\n");
+    } else {
+      fmt::print("# busbw, wire_bits/elem: payload bytes a rank sent (fingerprints excluded), mean over ranks\n");
+    }
   }
 
   Table table;
@@ -208,8 +231,12 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
   int row_id = 0;
   for (const auto& block : bench.blocks()) {
     if (root) table.header();
+    size_t previous_count = std::numeric_limits<size_t>::max();
     for (uint64_t bytes : sizes) {
+      // Sizes are whole elements: a size that rounds down to the previous row's count is that row again.
       const size_t count = bytes / bench.element_size();
+      if (count == previous_count) continue;
+      previous_count = count;
       bench.setup(comm, block, count);
       RowStats mine = measure(comm, bench, sweep);
       my_wrong += mine.wrong;
@@ -230,7 +257,7 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
       double wire_bits = count ? sent_per_rank_call * 8 / double(count) : -1;
       std::string algo = mine.algorithm;
       table.row(count * bench.element_size(), count, bench.type_name(), algo, slowest_us, sent_per_rank_call,
-                wire_bits, bench.formula_bits(comm, algo), wrong);
+                bus_factor, wire_bits, bench.formula_bits(comm, algo), format_wrong(sweep.check != 0, wrong));
     }
   }
 
@@ -238,7 +265,9 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
   base->add("wrong", int64_t(my_wrong));
   sync(comm);
   int64_t total_wrong = base->add("wrong", 0);
-  if (root) {
+  if (root && !sweep.check) {
+    fmt::print("# Out of bounds values : N/A (not checked; -c 1 checks every rank's result)\n");
+  } else if (root) {
     fmt::print("# Out of bounds values : {} {}\n", total_wrong, total_wrong ? "FAILED" : "OK");
     fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", table.avg_busbw());
   }
@@ -252,6 +281,8 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
 }  // namespace
 
 int perf_main(int argc, char** argv, const std::string& tool, Benchmark& bench) {
+  // Line by line, as a user watching a long sweep (or a log cut by a timeout or a kill) needs it.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const char* rank_env = std::getenv("RANK");
   const std::string who = fmt::format("{} rank {}", tool, rank_env ? rank_env : "?");
   CLI::App app{tool + ": nccl-tests-style benchmark of pride collectives. Launch with torchrun --no-python, or "
@@ -280,7 +311,8 @@ int perf_main(int argc, char** argv, const std::string& tool, Benchmark& bench) 
                     sweep.max_bytes);
     sizes = sweep_sizes(sweep);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help exits 0; a bad flag exits 2 like every other bad argument (CLI11's own codes vary).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}: {}\n", who, e.what());
     return 2;

@@ -24,13 +24,19 @@ namespace {
 class SignAllreduceBench final : public Benchmark {
  public:
   void add_flags(CLI::App& app) override {
+    // CLI11 refuses a value outside these sets, naming the flag and the choices.
     app.add_option("-a,--algorithm", algorithm_text_,
                    "auto|ring|tree|direct|allgather|hier|all (all: one block each), or kernels: no communication, only "
                    "the kernels one rank of the direct algorithm runs (vote, binary)")
+        ->check(CLI::IsMember({"auto", "ring", "tree", "direct", "allgather", "hier", "all", "kernels"}))
         ->capture_default_str();
-    app.add_option("-m,--mode", mode_text_, "vote|mean")->capture_default_str();
-    app.add_option("-V,--votes", votes_text_, "binary|ternary")->capture_default_str();
-    app.add_option("-d,--datatype", dtype_text_, "float|bfloat16|half")->capture_default_str();
+    app.add_option("-m,--mode", mode_text_, "vote|mean")->check(CLI::IsMember({"vote", "mean"}))->capture_default_str();
+    app.add_option("-V,--votes", votes_text_, "binary|ternary")
+        ->check(CLI::IsMember({"binary", "ternary"}))
+        ->capture_default_str();
+    app.add_option("-d,--datatype", dtype_text_, "float|bfloat16|half (or float32, bf16, float16)")
+        ->check(CLI::IsMember({"float", "float32", "bfloat16", "bf16", "half", "float16"}))
+        ->capture_default_str();
   }
 
   void validate() override {

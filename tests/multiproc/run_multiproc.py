@@ -5,6 +5,13 @@
       torchrun --standalone --no-python BINARY ARGS with N ranks; passes when torchrun exits 0 and
       rank 0 reports "# Out of bounds values : 0 OK". With --expect-route REGEX, every route the
       ranks print ("#  Rank r ... via p:ROUTE ...") must also match REGEX (e.g. shared memory).
+      Every block of rank 0's table must list each size once, in increasing order, and where the
+      header gives nccl-tests' bus factor ("# busbw: algbw x F"), every row's busbw must be algbw x F.
+      With --unchecked (a run with -c 0) the #wrong column and the summary must say N/A instead.
+
+  run_multiproc.py refuse --message REGEX -- BINARY ARGS...
+      one process, without a launcher's environment: passes when it exits 2 within 60 s and its
+      stderr matches REGEX (bad flags are refused before any rank connects).
 
   run_multiproc.py netns --netns-run S --hosts H --per-host P -- BINARY ARGS...
       scripts/netns_run.sh -n H -p P: H simulated hosts (network namespaces) of P ranks each. Passes when
@@ -78,14 +85,44 @@ def run_within(cmd, deadline, hang_message):
     return proc.returncode, out
 
 
-def run_launcher(cmd, deadline, what):
-    """Runs a launcher of ranks; returns its output once it exits 0 and rank 0 reported no wrong value."""
+def run_launcher(cmd, deadline, what, checked=True):
+    """Runs a launcher of ranks; returns its output once it exits 0 and rank 0 reported no wrong value
+    (checked) or that it did not check (not checked)."""
     returncode, out = run_within(cmd, deadline, f"still running after {deadline} s (hang?); killed")
     if returncode != 0:
         fail(f"{what} exited with {returncode}")
-    if "# Out of bounds values : 0 OK" not in out:
-        fail("rank 0 did not report '# Out of bounds values : 0 OK'")
+    summary = "# Out of bounds values : 0 OK" if checked else "# Out of bounds values : N/A"
+    if summary not in out:
+        fail(f"rank 0 did not report '{summary}'")
     return out
+
+
+TABLE_HEADER = re.compile(r"#\s+size\s+count\s+type\s+algo\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)")
+
+
+def check_table(out, checked):
+    """rank 0's table: each block's sizes once and increasing; busbw = algbw x the printed bus factor;
+    the #wrong column a count where checked, N/A where not."""
+    factor = re.search(r"^# busbw: algbw x ([0-9.]+),", out, re.M)
+    blocks = []
+    for line in out.splitlines():
+        if TABLE_HEADER.match(line):
+            blocks.append([])
+        elif blocks and re.match(r"\s+\d+\s+\d+\s", line):
+            blocks[-1].append(line.split())
+    if not blocks or not all(blocks):
+        fail("rank 0 printed no table")
+    for rows in blocks:
+        sizes = [int(r[0]) for r in rows]
+        if sizes != sorted(set(sizes)):
+            fail(f"a block lists sizes {sizes}: each once, increasing")
+        for r in rows:
+            algbw, busbw, wrong = float(r[5]), float(r[6]), r[9]
+            # both printed to 3 decimals: allow their rounding, scaled by the factor
+            if factor and abs(busbw - algbw * float(factor.group(1))) > 0.0005 + 0.0005 * float(factor.group(1)):
+                fail(f"row {' '.join(r)}: busbw is not algbw x {factor.group(1)}")
+            if (wrong == "N/A") == checked:
+                fail(f"row {' '.join(r)}: #wrong should be {'a count' if checked else 'N/A'}")
 
 
 def peer_routes(out):
@@ -107,13 +144,29 @@ def check_route_count(routes, nproc):
 
 def run_perf(args):
     cmd = [args.torchrun, "--standalone", "--nproc-per-node", str(args.nproc), "--no-python"] + args.command
-    out = run_launcher(cmd, args.deadline, "torchrun")
+    out = run_launcher(cmd, args.deadline, "torchrun", checked=not args.unchecked)
+    check_table(out, checked=not args.unchecked)
     if args.expect_route:
         routes = peer_routes(out)
         check_route_count(routes, args.nproc)
         wrong = sorted({route for _, _, route in routes if not re.fullmatch(args.expect_route, route)})
         if wrong:
             fail(f"routes {wrong} do not match {args.expect_route!r}")
+    print("PASS")
+
+
+def run_refuse(args):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    print("+", " ".join(args.command), flush=True)
+    try:
+        proc = subprocess.run(args.command, capture_output=True, text=True, timeout=60, env=env)
+    except subprocess.TimeoutExpired:
+        fail("still running after 60 s: a bad flag must be refused at once")
+    print(proc.stdout + proc.stderr, flush=True)
+    if proc.returncode != 2:
+        fail(f"exited with {proc.returncode}, expected 2")
+    if not re.search(args.message, proc.stderr):
+        fail(f"stderr does not match {args.message!r}")
     print("PASS")
 
 
@@ -303,7 +356,11 @@ def main():
     perf.add_argument("--nproc", type=int, required=True)
     perf.add_argument("--deadline", type=float, default=500)
     perf.add_argument("--expect-route", help="regex every printed peer route must match")
+    perf.add_argument("--unchecked", action="store_true", help="the command runs with -c 0")
     perf.add_argument("command", nargs=argparse.REMAINDER)
+    refuse = sub.add_parser("refuse")
+    refuse.add_argument("--message", required=True, help="regex the refusal on stderr must match")
+    refuse.add_argument("command", nargs=argparse.REMAINDER)
     netns = sub.add_parser("netns")
     netns.add_argument("--netns-run", required=True, help="scripts/netns_run.sh")
     netns.add_argument("--hosts", type=int, required=True)
@@ -324,10 +381,12 @@ def main():
     fault.add_argument("--victim", type=int, default=1)
     fault.add_argument("--timeout", type=float, default=5, help="PRIDE_TIMEOUT in seconds")
     args = parser.parse_args()
-    if args.what in ("perf", "netns") and args.command and args.command[0] == "--":
+    if args.what in ("perf", "netns", "refuse") and args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if args.what == "perf":
         run_perf(args)
+    elif args.what == "refuse":
+        run_refuse(args)
     elif args.what == "netns":
         run_netns(args)
     elif args.what == "netns-fault":
