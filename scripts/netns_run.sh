@@ -60,6 +60,22 @@ echo "netns_run: $N hosts x $P ranks${RATE:+, each host link at $RATE}: $*"
 # Shared memory only where a host has several ranks; with one rank per host UCX sees TCP alone.
 TLS=tcp,self; [ "$P" -gt 1 ] && TLS=tcp,self,sm
 pids=()
+# Ctrl-C or a kill of this script stops the ranks too: as background jobs of a script they ignore
+# SIGINT, and would run on (and hold the namespaces) after the script had gone. TERM first, then KILL.
+stop_ranks() {
+  trap - INT TERM
+  echo "netns_run: $1: stopping the ranks" >&2
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  for _ in $(seq 50); do
+    kill -0 "${pids[@]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  exit "$2"  # cleanup (the EXIT trap) removes the namespaces
+}
+trap 'stop_ranks SIGINT 130' INT
+trap 'stop_ranks SIGTERM 143' TERM
 for i in $(seq 0 $((N - 1))); do
   for j in $(seq 0 $((P - 1))); do
     ip netns exec "${PREFIX}$i" env RANK="$((i * P + j))" LOCAL_RANK="$j" WORLD_SIZE="$((N * P))" \
