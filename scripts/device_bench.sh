@@ -17,17 +17,22 @@ cd "$ROOT"
 RESULTS="${OUT:-$ROOT/build/device-results}"
 BUILD="${PRIDE_DEVICE_BUILD:-build/device}"
 PARAMS=350e6
+QUICK=0
 CPU_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --out|--build-dir) [ $# -ge 2 ] || { echo "device_bench: $1 needs a value (see --help)"; exit 2; } ;;
+  esac
+  case "$1" in
     --out) RESULTS="$2"; shift 2 ;;
     --build-dir) BUILD="$2"; shift 2 ;;
-    --quick) PARAMS=20e6; shift ;;
+    --quick) PARAMS=20e6; QUICK=1; shift ;;
     --cpu) CPU_ONLY=1; shift ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "device_bench: unknown option $1 (see --help)"; exit 2 ;;
   esac
 done
+[ "$CPU_ONLY" = 1 ] && [ "$QUICK" = 1 ] && { echo "device_bench: --quick and --cpu exclude each other (--quick shortens the GPU runs)"; exit 2; }
 PY="${PRIDE_PY:-python3}"
 mkdir -p "$RESULTS"
 status=0
@@ -36,7 +41,11 @@ run() {
   echo; echo "\$ $*  [$(date -u +%H:%M:%S)]"
   timeout --kill-after=10 "$STEP_LIMIT" "$@"
   local rc=$?
-  [ $rc -eq 124 ] && echo "device_bench: cut after ${STEP_LIMIT} s (PRIDE_BENCH_STEP_LIMIT): $*"
+  # 124: timeout's TERM ended it; 137: it outlived TERM by --kill-after and was killed.
+  case $rc in
+    124) echo "device_bench: cut after ${STEP_LIMIT} s (PRIDE_BENCH_STEP_LIMIT): $*" ;;
+    137) echo "device_bench: ended by SIGKILL: past ${STEP_LIMIT} s + 10 s (PRIDE_BENCH_STEP_LIMIT), or the OOM killer: $*" ;;
+  esac
   [ $rc -ne 0 ] && status=1
   return 0
 }

@@ -41,6 +41,10 @@ QUICK=0
 CPU_BENCH=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --files|--out|--jobs|--suite|--ctest-regex|--pytest-k|--workers|--budget)
+      [ $# -ge 2 ] || { echo "device_test: $1 needs a value (see --help)"; exit 2; } ;;
+  esac
+  case "$1" in
     --files) FILES="$2"; shift 2 ;;
     --out) RESULTS="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;

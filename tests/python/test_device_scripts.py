@@ -46,12 +46,21 @@ def test_device_test_refuses_bad_options_and_missing_wheels(tmp_path):
                           (["--workers", "0"], "--workers takes a positive count"),
                           (["--suite", "gpus"], "--suite must be"),
                           (["--frobnicate"], "unknown option --frobnicate"),
-                          (["--files", str(tmp_path / "nowheels"), "--budget", "60"], "no wheels in")):
+                          (["--files", str(tmp_path / "nowheels"), "--budget", "60"], "no wheels in"),
+                          (["--pytest-k"], "--pytest-k needs a value")):
         proc = subprocess.run(["bash", "scripts/device_test.sh", "--out", out, *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
     proc = subprocess.run(["bash", "scripts/device_test.sh", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and "--budget S" in proc.stdout and "--pytest-k EXPR" in proc.stdout
+
+
+def test_device_bench_refuses_a_flag_without_its_value_and_flags_that_exclude_each_other(tmp_path):
+    for args, message in ((["--out"], "--out needs a value"), (["--build-dir"], "--build-dir needs a value"),
+                          (["--quick", "--cpu"], "--quick and --cpu exclude each other")):
+        proc = subprocess.run(["bash", "scripts/device_bench.sh", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60, env=dict(os.environ, OUT=str(tmp_path / "out")))
+        assert proc.returncode == 2 and message in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
 
 
 def test_every_scripts_help_prints_its_whole_header():
