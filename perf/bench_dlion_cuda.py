@@ -119,7 +119,7 @@ def run_one(args, rank=0, world=1, store_path=None, out=None, start=None):
         profile_steps(opt.step, args.profile if rank == 0 else None, world)
     param_bytes = sum(p.numel() for p in params) * params[0].element_size()
     workspace = sum(ws.device_bytes for ws in opt._cuda_workspaces.values())
-    bucket_bytes = (args.bucket_mb or 1024.0) * (1 << 20)
+    bucket_bytes = default_bucket_mb(args) * (1 << 20)
     row = dict(rank=rank, world=world, dtype=args.dtype, params=sum(sizes), tensors=len(sizes), mode=args.mode,
                pride_ms=pride_ms, pride_host_ms=pride_host_ms, workspace_bytes=workspace, param_bytes=param_bytes,
                memory_limit_bytes=param_bytes / 8 + bucket_bytes,
@@ -234,23 +234,31 @@ def run_processes(ctx, out, args, world, ranks, store_path=None, barrier=None):
     return rows
 
 
+def default_bucket_mb(args):
+    """The bucket size DistributedLion uses: --bucket-mb, or its default for the device (16 MiB on CPU)."""
+    return args.bucket_mb if args.bucket_mb is not None else (1024.0 if args.device == "cuda" else 16.0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--params", type=float, default=350e6, help="parameters in total (default 350e6)")
     parser.add_argument("--tensors", type=int, default=100, help="number of parameter tensors (default 100)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--mode", default="vote", choices=["vote", "mean"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="parameter dtype (default float32)")
+    parser.add_argument("--mode", default="vote", choices=["vote", "mean"], help="DistributedLion mode (default vote)")
     parser.add_argument("--world", type=int, default=1, help="ranks sharing the GPU (default 1)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                         help="where the parameters live (default cuda; cpu runs the same steps on CPU tensors, "
                              "without lion-pytorch's Triton step or device memory figures)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--votes", default="exact", choices=["exact", "binary", "ternary"])
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--votes", default="exact", choices=["exact", "binary", "ternary"],
+                        help="DistributedLion votes (default exact)")
     parser.add_argument("--profile", metavar="TRACE.json",
                         help="after the timed steps, profile 3 steps on rank 0: print the table, write the trace")
-    parser.add_argument("--bucket-mb", type=float, default=None, help="DistributedLion bucket size (default: pride's)")
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="DistributedLion bucket size in MiB (default: pride's, 1024 on CUDA and 16 on CPU)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the baselines: lion-pytorch at N = 1, pride's own N = 1 step at N > 1")
     parser.add_argument("--cuda-path", choices=["auto", "device", "host"], default=None,
                         help="PRIDE_CUDA_PATH for the ranks: how the packed bits travel (default: the environment's)")
@@ -260,6 +268,13 @@ def main():
         os.environ["PRIDE_CUDA_PATH"] = args.cuda_path  # read by each rank's pride at its first collective
     if args.world < 1:
         parser.error(f"--world must be at least 1, got {args.world}")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error(f"--steps must be at least 1 and --warmup at least 0, got {args.steps} and {args.warmup}")
+    if not args.params >= 1 or args.tensors < 1 or args.params < args.tensors:
+        parser.error(f"--params and --tensors must be at least 1, with a parameter per tensor at least; got "
+                     f"{args.params:g} and {args.tensors}")
+    if args.bucket_mb is not None and not args.bucket_mb > 0:
+        parser.error(f"--bucket-mb must be positive, got {args.bucket_mb:g}")
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench_dlion_cuda: no CUDA device (--device cpu runs the steps on CPU tensors)")
     if args.device == "cpu" and args.profile:
@@ -297,7 +312,7 @@ def main():
     r0 = rows[0]
     where = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
     print(f"# DistributedLion.step(), {r0['params'] / 1e6:.0f}M {r0['dtype']} parameters in {r0['tensors']} tensors, "
-          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {r0['bucket_mb'] or 1024:g} MiB, {args.world} rank(s) on {where}")
+          f"mode {r0['mode']}, votes {r0['votes']}, buckets of {default_bucket_mb(args):g} MiB, {args.world} rank(s) on {where}")
     print(f"pride step: {slowest:.3f} ms (slowest rank; median of {args.steps} steps); until step() returned: "
           f"{max(r['pride_host_ms'] for r in rows):.3f} ms (host time)")
     if single_ms is not None:

@@ -83,8 +83,13 @@ def run_job(ranks, fingerprint, args):
             p.stdin.write("go\n")
             p.stdin.flush()
         results = []
+        deadline = time.monotonic() + args.timeout  # for the whole job, not for each rank in turn
         for r, p in enumerate(procs):
-            out, _ = p.communicate(timeout=args.timeout)
+            try:
+                out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                raise SystemExit(f"bench_startup: the job of {ranks} ranks ran past --timeout {args.timeout:g} s "
+                                 f"(rank {r} had not finished); its ranks were stopped") from None
             if p.returncode != 0:
                 raise SystemExit(f"bench_startup: rank {r} of {ranks} exited with {p.returncode}")
             results.append(json.loads(out.strip().splitlines()[-1]))
@@ -110,6 +115,8 @@ def main():
         return worker(args)
     if any(n < 2 for n in args.ranks) or args.iters < 1 or args.warmup < 0 or args.repeat < 1:
         parser.error("--ranks must be at least 2, --iters and --repeat at least 1")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be positive, got {args.timeout:g}")
 
     print("# ranks: processes on this host; start-up: release of all ranks -> init_process_group('pride') + "
           "first all_reduce done on every rank")

@@ -69,6 +69,14 @@ def test_bench_startup_runs_its_jobs():
     assert startup > 0 and on > 0 and off > 0 and abs(ratio - on / off) < 0.01 + 0.01 * ratio, out
 
 
+def test_bench_startup_stops_a_job_past_its_timeout_and_says_so():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "bench_startup.py"), "--ranks", "2",
+                           "--iters", "100000000", "--repeat", "1", "--timeout", "3"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "ran past --timeout 3 s" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
 def test_bench_vs_nccl_imports_and_refuses_a_machine_without_cuda():
     """Its GPU run is on the GPU machine (scripts/device_bench.sh); here it must load and say why it stops."""
     import torch
@@ -157,6 +165,7 @@ def test_bench_dlion_cuda_separates_sharing_the_device_from_communicating(tmp_pa
     assert all(r["bytes_sent"] > 0 for r in rows), rows
     assert "step / (2 x N = 1) =" in out and "2 N = 1 steps at once, not communicating" in out, out
     assert "extra device memory" not in out, out
+    assert "buckets of 16 MiB" in out, out  # DistributedLion's default on CPU (1024 MiB is CUDA's)
 
 
 def test_bench_onebit_adam_counts_volume_and_rounds(tmp_path):
@@ -299,6 +308,9 @@ def test_probe_links_refuses_bad_sizes():
     ("bench_onebit_adam.py", ["--warmup-fraction", "0.5", "--steps", "0"], "--steps must be at least 1"),
     ("bench_lion_cub.py", ["--env"], "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set"),
     ("probe_links.py", ["--warmup", "-1"], "--warmup must be at least 0"),
+    ("bench_dlion_cuda.py", ["--device", "cpu", "--steps", "0"], "--steps must be at least 1"),
+    ("bench_dlion_cuda.py", ["--device", "cpu", "--params", "0"], "--params and --tensors must be at least 1"),
+    ("bench_dlion_cuda.py", ["--device", "cpu", "--bucket-mb", "0"], "--bucket-mb must be positive"),
 ])
 def test_benchmarks_refuse_bad_input_before_starting_ranks(script, args, message):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
