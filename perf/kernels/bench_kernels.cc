@@ -12,14 +12,18 @@
 //   "vs memcpy" is that rate over memcpy's (which moves two streams): 1.0 means memcpy's bandwidth.
 //   They have no SPEC target.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,17 +41,30 @@ namespace {
 using pride::bits::DType;
 using pride::bits::Isa;
 
-// Median of `reps` timed runs after one untimed warm-up, in seconds.
+// Median of `reps` timed samples after one untimed warm-up, in seconds per call. A sample runs the call
+// as often as fills about a millisecond: a call on small n takes microseconds, where one call per
+// sample measured the clock and the cache's first touch more than the kernel (memcpy read 2 GB/s).
 double median_seconds(const std::function<void()>& run, int reps) {
+  using Clock = std::chrono::steady_clock;
+  const auto w0 = Clock::now();
   run();
+  const double once = std::chrono::duration<double>(Clock::now() - w0).count();
+  const int calls = once >= 1e-3 ? 1 : int(std::min(1e-3 / std::max(once, 1e-8), 1e5));
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const auto t0 = Clock::now();
+    for (int c = 0; c < calls; ++c) run();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// "64 MiB", "4 KiB", "512 B": the sizes the table compares with memcpy.
+std::string format_bytes(size_t bytes) {
+  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
 }
 
 // >= 70% of memcpy, >= 20 G elements/s, or none (a kernel SPEC §5 sets no target for: the optimizers'
@@ -239,32 +256,71 @@ int main(int argc, char** argv) {
   int log2n = 24;
   int reps = 11;
   std::string isa_choice = "all";
-  app.add_option("-n,--log2n", log2n, "elements per kernel call = 2^log2n")->check(CLI::Range(10, 30));
-  app.add_option("-r,--reps", reps, "timed repetitions per kernel (the median is reported)")->check(CLI::PositiveNumber);
+  app.add_option("-n,--log2n", log2n, "elements per kernel call = 2^log2n")
+      ->check(CLI::Range(10, 30))
+      ->capture_default_str();
+  app.add_option("-r,--reps", reps, "timed repetitions per kernel (the median is reported)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--isa", isa_choice, "scalar, avx2 or all (the supported ones)")
-      ->check(CLI::IsMember({"scalar", "avx2", "all"}));
-  CLI11_PARSE(app, argc, argv);
+      ->check(CLI::IsMember({"scalar", "avx2", "all"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad flag: 2, as every pride tool
+  }
 
   const size_t n = size_t{1} << log2n;
-  Buffers buffers(n);
+  // The buffers hold about 44 bytes per element (seven float32 streams, three 16-bit ones, the levels,
+  // the planes, memcpy's two): refuse what this machine cannot hold rather than die in an allocation or swap.
+  const double need = 44.0 * double(n);
+  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (physical > 0 && need > 0.8 * physical) {
+    std::fprintf(stderr, "bench_kernels: -n %d needs about %.1f GiB of buffers, more than 80%% of this machine's "
+                 "%.1f GiB of memory; choose a smaller -n\n", log2n, need / (1 << 30), physical / (1 << 30));
+    return 2;
+  }
+  // memcpy's source and destination: distinct n*4-byte buffers, both page-aligned. Two heap buffers
+  // whose addresses differ by a few bytes past a multiple of 4 KiB (as small vectors' do) made glibc's
+  // memcpy 20x slower (1.8 GB/s at 16 KiB), and every kernel "met" its target against that.
+  auto page_aligned = [n] {
+    auto* p = static_cast<char*>(std::aligned_alloc(4096, n * sizeof(float)));
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 1, n * sizeof(float));
+    return std::unique_ptr<char, decltype(&std::free)>(p, &std::free);
+  };
+  std::unique_ptr<Buffers> owned;
+  std::unique_ptr<char, decltype(&std::free)> memcpy_src(nullptr, &std::free), memcpy_dst(nullptr, &std::free);
+  try {
+    owned = std::make_unique<Buffers>(n);
+    memcpy_src = page_aligned();
+    memcpy_dst = page_aligned();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "bench_kernels: could not allocate about %.1f GiB of buffers for -n %d; choose a smaller -n\n",
+                 need / (1 << 30), log2n);
+    return 2;
+  }
+  Buffers& buffers = *owned;
   auto list = kernels(buffers);
 
-  // memcpy of each unpacked size, in the same run; source and destination are distinct n*4-byte buffers.
+  // memcpy of each unpacked size, in the same run (buffers above).
   std::map<size_t, double> memcpy_seconds;
-  auto* src = reinterpret_cast<char*>(buffers.f32.data());
-  auto* dst = reinterpret_cast<char*>(buffers.out_f32.data());
+  char* src = memcpy_src.get();
+  char* dst = memcpy_dst.get();
   for (const auto& k : list)
     if (k.unpacked_bytes && !memcpy_seconds.count(k.unpacked_bytes))
       memcpy_seconds[k.unpacked_bytes] =
           median_seconds([&, bytes = k.unpacked_bytes] { std::memcpy(dst, src, bytes); }, reps);
 
-  std::printf("n = 2^%d = %zu elements, median of %d runs, one thread\n", log2n, n, reps);
+  std::printf("n = 2^%d = %zu elements, median of %d samples (each about 1 ms of calls, at least one), one thread\n",
+              log2n, n, reps);
   std::printf("G elem/s = n / time.  GB/s = unpacked bytes (n * sizeof dtype) / time.\n");
   std::printf("vs memcpy = memcpy(unpacked bytes) time / kernel time, memcpy measured in this run.\n");
   std::printf("Adam rows: GB/s and vs memcpy count every float32 stream read or written (memcpy moves two).\n");
   std::printf("Targets (SPEC 5): pack/unpack/apply vs memcpy >= 0.70; counters and thresholds >= 20 G elem/s.\n\n");
   for (const auto& [bytes, seconds] : memcpy_seconds)
-    std::printf("memcpy %zu MiB: %.2f GB/s\n", bytes >> 20, bytes / seconds * 1e-9);
+    std::printf("memcpy %s: %.2f GB/s\n", format_bytes(bytes).c_str(), bytes / seconds * 1e-9);
   std::printf("\n%-24s %-7s %9s %8s %10s %7s\n", "kernel", "isa", "G elem/s", "GB/s", "vs memcpy", "target");
 
   for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
