@@ -255,3 +255,33 @@ def _two_hosts_of_two(rank, world, store_path, sizes):
                     reason="UCX_RNDV_THRESH or UCX_TLS set: the user's UCX settings decide the routes")
 def test_point_to_point_between_two_hosts_of_two_ranks():
     run(_two_hosts_of_two, 4, [1, 3 << 20])
+
+
+def _sharded_tensor_gather(rank, world, store_path):
+    import warnings
+
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+
+    init_group(rank, world, store_path)
+    # torch code that picks a device from the backend's registered devices (ShardedTensor, for every
+    # backend but nccl and gloo) must find only "cpu" here, where no GPU is visible.
+    devices = dist.BackendConfig(dist.get_backend()).get_device_backend_map()
+    assert ("cuda" in devices) == (torch.cuda.device_count() > 0), devices
+    spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(world)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # ShardedTensor is deprecated in favour of DTensor
+        st = sharded_tensor.full(spec, (2 * world, 3), fill_value=float(rank))
+        out = torch.empty(2 * world, 3) if rank == 0 else None
+        st.gather(dst=0, out=out)
+    if rank == 0:  # rows 2r and 2r + 1 are rank r's shard
+        assert torch.equal(out, torch.arange(world, dtype=torch.float32).repeat_interleave(2)[:, None].expand(-1, 3)), out
+    dist.destroy_process_group()
+
+
+def test_sharded_tensor_gathers_as_over_gloo_without_a_gpu():
+    # On a machine without a GPU pride registered for "cuda" too, and ShardedTensor.gather failed on
+    # every rank with "Found no NVIDIA driver on your system" (Gloo gathers).
+    if torch.cuda.device_count() > 0:
+        pytest.skip("a GPU is visible: ShardedTensor then uses CUDA tensors, as with NCCL")
+    run(_sharded_tensor_gather, 2)
