@@ -21,6 +21,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +68,18 @@ def run_job(ranks, fingerprint, args):
     """Starts `ranks` processes, releases them together, returns (start-up seconds, median µs of rank 0)."""
     port = free_port()
     procs = []
+    # --timeout bounds the whole job, start-up included: a rank stuck before it says "ready" would
+    # otherwise hold the readline below forever.
+    timed_out = threading.Event()
+
+    def stop_all():
+        timed_out.set()
+        for p in procs:
+            p.kill()
+
+    watchdog = threading.Timer(args.timeout, stop_all)
+    watchdog.daemon = True
+    watchdog.start()
     for r in range(ranks):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(ranks),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PRIDE_CHECK_FINGERPRINT=str(int(fingerprint)))
@@ -77,23 +90,28 @@ def run_job(ranks, fingerprint, args):
         for r, p in enumerate(procs):
             line = p.stdout.readline().strip()
             if line != "ready":
+                if timed_out.is_set():
+                    raise SystemExit(f"bench_startup: the job of {ranks} ranks ran past --timeout {args.timeout:g} s "
+                                     f"before rank {r} started; its ranks were stopped")
                 raise SystemExit(f"bench_startup: rank {r} did not start (said {line!r}); its exit code: {p.wait()}")
         released = time.time()
         for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        deadline = time.monotonic() + args.timeout  # for the whole job, not for each rank in turn
-        for r, p in enumerate(procs):
             try:
-                out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            except BrokenPipeError:  # the watchdog stopped it: reported below
+                pass
+        results = []
+        for r, p in enumerate(procs):
+            out, _ = p.communicate()
+            if timed_out.is_set():
                 raise SystemExit(f"bench_startup: the job of {ranks} ranks ran past --timeout {args.timeout:g} s "
-                                 f"(rank {r} had not finished); its ranks were stopped") from None
+                                 f"(rank {r} had not finished); its ranks were stopped")
             if p.returncode != 0:
                 raise SystemExit(f"bench_startup: rank {r} of {ranks} exited with {p.returncode}")
             results.append(json.loads(out.strip().splitlines()[-1]))
     finally:
+        watchdog.cancel()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -108,7 +126,7 @@ def main():
     parser.add_argument("--iters", type=int, default=200, help="timed 4-byte all_reduce calls per job (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed all_reduce calls first (default 20)")
     parser.add_argument("--repeat", type=int, default=3, help="jobs with the check on, and off, per group size (default 3)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds a job may take (default 600)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a job may take, start-up included (default 600)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -63,6 +63,8 @@ done
 case "$SUITE" in all|ctest|pytest|gpu) ;; *) echo "device_test: --suite must be all, ctest, pytest or gpu"; exit 2 ;; esac
 [[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "device_test: --budget takes whole seconds, not '$BUDGET'"; exit 2; }
 [ -z "$WORKERS" ] || [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || { echo "device_test: --workers takes a positive count, not '$WORKERS'"; exit 2; }
+# Before any device time is spent: device_bench.sh refuses the pair too, but only after the tests ran.
+[ "$QUICK" = 1 ] && [ "$CPU_BENCH" = 1 ] && { echo "device_test: --bench-quick and --bench-cpu exclude each other"; exit 2; }
 mkdir -p "$RESULTS"
 PY="${PRIDE_PY:-python3}"
 SITE="${PRIDE_DEVICE_SITE:-/tmp/pride-site}"

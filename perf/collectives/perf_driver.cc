@@ -33,7 +33,6 @@ struct Sweep {
   int check = 0;
 };
 
-// "4", "64K", "64M", "1G" (binary multiples, as nccl-tests reads them).
 // The largest size a row may have (1 TiB): far past any host's memory, and small enough that the sweep's
 // products cannot wrap around.
 constexpr uint64_t kMaxBytes = uint64_t(1) << 40;
@@ -219,7 +218,7 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
   if (root) {
     fmt::print("#\n# time: mean per call over -n iterations (ranks synchronised before each), slowest rank\n");
     if (bus_factor >= 0) {
-      fmt::print("# busbw: algbw x {:.4g}, nccl-tests' bus bandwidth for {} ranks\n", bus_factor, comm.size());
+      fmt::print("# busbw: algbw x {:.6g}, nccl-tests' bus bandwidth for {} ranks\n", bus_factor, comm.size());
       fmt::print("# wire_bits/elem: payload bits a rank sent per element (fingerprints excluded), mean over ranks\n");
     } else {
       fmt::print("# busbw, wire_bits/elem: payload bytes a rank sent (fingerprints excluded), mean over ranks\n");
@@ -265,10 +264,12 @@ int run(const std::string& tool, Benchmark& bench, const Sweep& sweep, const std
   base->add("wrong", int64_t(my_wrong));
   sync(comm);
   int64_t total_wrong = base->add("wrong", 0);
-  if (root && !sweep.check) {
-    fmt::print("# Out of bounds values : N/A (not checked; -c 1 checks every rank's result)\n");
-  } else if (root) {
-    fmt::print("# Out of bounds values : {} {}\n", total_wrong, total_wrong ? "FAILED" : "OK");
+  if (root) {
+    if (sweep.check) {
+      fmt::print("# Out of bounds values : {} {}\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    } else {
+      fmt::print("# Out of bounds values : N/A (not checked; -c 1 checks every rank's result)\n");
+    }
     fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", table.avg_busbw());
   }
   sync(comm);  // rank 0 hosts the store: it must not leave while others still read from it

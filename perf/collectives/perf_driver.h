@@ -41,7 +41,7 @@ class Benchmark {
   virtual double formula_bits(Communicator& comm, const std::string& algorithm) const = 0;
   // nccl-tests' busbw / algbw for this collective over `ranks` (PERFORMANCE.md: 2(n-1)/n for allreduce);
   // negative where it has none, and busbw is then the bytes a rank put on the wire per second.
-  virtual double bus_factor(int ranks) const { return -1; }
+  virtual double bus_factor(int /*ranks*/) const { return -1; }
 };
 
 // Parses argv, connects the ranks, runs the sweep. Returns the process exit code: 0, 1 when any rank

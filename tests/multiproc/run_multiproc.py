@@ -9,6 +9,9 @@
       header gives nccl-tests' bus factor ("# busbw: algbw x F"), every row's busbw must be algbw x F.
       With --unchecked (a run with -c 0) the #wrong column and the summary must say N/A instead.
 
+  run_multiproc.py output --expect REGEX [--expect REGEX ...] -- BINARY ARGS...
+      one process: passes when it exits 0 and its stdout matches every REGEX (multi-line).
+
   run_multiproc.py refuse --message REGEX -- BINARY ARGS...
       one process, without a launcher's environment: passes when it exits 2 within 60 s and its
       stderr matches REGEX (bad flags are refused before any rank connects).
@@ -100,10 +103,18 @@ def run_launcher(cmd, deadline, what, checked=True):
 TABLE_HEADER = re.compile(r"#\s+size\s+count\s+type\s+algo\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)")
 
 
-def check_table(out, checked):
-    """rank 0's table: each block's sizes once and increasing; busbw = algbw x the printed bus factor;
-    the #wrong column a count where checked, N/A where not."""
-    factor = re.search(r"^# busbw: algbw x ([0-9.]+),", out, re.M)
+def check_table(out, checked, nproc):
+    """rank 0's table: each block's sizes once and increasing; where the tool prints a bus factor (the
+    fp32 allreduce), it is nccl-tests' 2(N-1)/N and every row's busbw is algbw times it; the #wrong
+    column a count where checked, N/A where not; the average bus bandwidth in the summary."""
+    printed = re.search(r"^# busbw: algbw x ([0-9.]+),", out, re.M)
+    factor = None
+    if printed:
+        factor = 2 * (nproc - 1) / nproc
+        if abs(float(printed.group(1)) - factor) > 1e-5:
+            fail(f"the bus factor printed, {printed.group(1)}, is not 2(N-1)/N = {factor:.6g} for N = {nproc}")
+    if not re.search(r"^# Avg bus bandwidth    : [0-9.]+$", out, re.M):
+        fail("rank 0 did not print '# Avg bus bandwidth'")
     blocks = []
     for line in out.splitlines():
         if TABLE_HEADER.match(line):
@@ -119,8 +130,8 @@ def check_table(out, checked):
         for r in rows:
             algbw, busbw, wrong = float(r[5]), float(r[6]), r[9]
             # both printed to 3 decimals: allow their rounding, scaled by the factor
-            if factor and abs(busbw - algbw * float(factor.group(1))) > 0.0005 + 0.0005 * float(factor.group(1)):
-                fail(f"row {' '.join(r)}: busbw is not algbw x {factor.group(1)}")
+            if factor is not None and abs(busbw - algbw * factor) > 0.0005 + 0.0005 * factor:
+                fail(f"row {' '.join(r)}: busbw is not algbw x {factor:.6g}")
             if (wrong == "N/A") == checked:
                 fail(f"row {' '.join(r)}: #wrong should be {'a count' if checked else 'N/A'}")
 
@@ -145,13 +156,28 @@ def check_route_count(routes, nproc):
 def run_perf(args):
     cmd = [args.torchrun, "--standalone", "--nproc-per-node", str(args.nproc), "--no-python"] + args.command
     out = run_launcher(cmd, args.deadline, "torchrun", checked=not args.unchecked)
-    check_table(out, checked=not args.unchecked)
+    check_table(out, checked=not args.unchecked, nproc=args.nproc)
     if args.expect_route:
         routes = peer_routes(out)
         check_route_count(routes, args.nproc)
         wrong = sorted({route for _, _, route in routes if not re.fullmatch(args.expect_route, route)})
         if wrong:
             fail(f"routes {wrong} do not match {args.expect_route!r}")
+    print("PASS")
+
+
+def run_output(args):
+    print("+", " ".join(args.command), flush=True)
+    try:
+        proc = subprocess.run(args.command, capture_output=True, text=True, timeout=args.deadline)
+    except subprocess.TimeoutExpired:
+        fail(f"still running after {args.deadline} s")
+    print(proc.stdout + proc.stderr, flush=True)
+    if proc.returncode != 0:
+        fail(f"exited with {proc.returncode}")
+    for regex in args.expect:
+        if not re.search(regex, proc.stdout, re.M):
+            fail(f"stdout does not match {regex!r}")
     print("PASS")
 
 
@@ -358,6 +384,10 @@ def main():
     perf.add_argument("--expect-route", help="regex every printed peer route must match")
     perf.add_argument("--unchecked", action="store_true", help="the command runs with -c 0")
     perf.add_argument("command", nargs=argparse.REMAINDER)
+    output = sub.add_parser("output")
+    output.add_argument("--expect", action="append", default=[], help="regex stdout must match (repeatable)")
+    output.add_argument("--deadline", type=float, default=240)
+    output.add_argument("command", nargs=argparse.REMAINDER)
     refuse = sub.add_parser("refuse")
     refuse.add_argument("--message", required=True, help="regex the refusal on stderr must match")
     refuse.add_argument("command", nargs=argparse.REMAINDER)
@@ -381,12 +411,14 @@ def main():
     fault.add_argument("--victim", type=int, default=1)
     fault.add_argument("--timeout", type=float, default=5, help="PRIDE_TIMEOUT in seconds")
     args = parser.parse_args()
-    if args.what in ("perf", "netns", "refuse") and args.command and args.command[0] == "--":
+    if args.what in ("perf", "netns", "refuse", "output") and args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if args.what == "perf":
         run_perf(args)
     elif args.what == "refuse":
         run_refuse(args)
+    elif args.what == "output":
+        run_output(args)
     elif args.what == "netns":
         run_netns(args)
     elif args.what == "netns-fault":

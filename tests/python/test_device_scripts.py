@@ -47,7 +47,8 @@ def test_device_test_refuses_bad_options_and_missing_wheels(tmp_path):
                           (["--suite", "gpus"], "--suite must be"),
                           (["--frobnicate"], "unknown option --frobnicate"),
                           (["--files", str(tmp_path / "nowheels"), "--budget", "60"], "no wheels in"),
-                          (["--pytest-k"], "--pytest-k needs a value")):
+                          (["--pytest-k"], "--pytest-k needs a value"),
+                          (["--bench-quick", "--bench-cpu"], "--bench-quick and --bench-cpu exclude each other")):
         proc = subprocess.run(["bash", "scripts/device_test.sh", "--out", out, *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
