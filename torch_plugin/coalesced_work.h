@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <mutex>
 #include <vector>
 
 #include "torch_plugin/torch_compat.h"
@@ -26,10 +27,14 @@ class CoalescedWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   // Completes once every part's future has, with every part's outputs, or the first error; a future of
   // the parts' devices, whose events come after every part's.
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made when first asked for (as a PrideWork's), then the same one.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
+  c10::intrusive_ptr<c10::ivalue::Future> make_future();
+
   std::vector<c10::intrusive_ptr<c10d::Work>> parts_;
+  std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

@@ -6,8 +6,14 @@
 
 namespace pride::torch_plugin {
 
-CudaOrdering::CudaOrdering(c10::Device device, c10::cuda::CUDAStream internal)
-    : device_(device), internal_(internal), ready_(device.index()), end_(device.index()) {
+CudaOrdering::CudaOrdering(c10::Device device, std::shared_ptr<const PrivateCudaStream> internal,
+                           std::shared_ptr<const PrivateCudaStream> after_end)
+    : device_(device),
+      internal_owner_(std::move(internal)),
+      after_end_owner_(std::move(after_end)),
+      internal_(internal_owner_->get()),
+      ready_(device.index()),
+      end_(device.index()) {
   c10::cuda::CUDAGuard guard(device_);
   C10_CUDA_CHECK(cudaEventRecord(ready_.get(), c10::cuda::getCurrentCUDAStream(device_.index()).stream()));
 }
@@ -56,13 +62,18 @@ bool CudaOrdering::done() {
 }
 
 void CudaOrdering::run_after_end(const std::function<void()>& fn) {
-  // A stream of torch's pool, not pride's own: by the time a callback thread gets here the worker may
-  // have queued later operations on pride's stream, and an event recorded there would wait for them too.
+  // Not pride's operation stream: by the time a callback thread gets here the worker may have queued
+  // later operations there, and an event recorded there would wait for them too. Not one of torch's
+  // pool either, which could be that very stream or another group's NCCL stream (private_cuda_stream.h).
+  // Every Future of the group waits here on its own end event; the operations end in order, so one
+  // waiting for an earlier one's end too costs nothing.
   c10::cuda::CUDAGuard device_guard(device_);
-  c10::cuda::CUDAStream after_end = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
-  if (finished_.load(std::memory_order_acquire)) {
-    C10_CUDA_CHECK(cudaStreamWaitEvent(after_end.stream(), end_.get(), 0));
-  }
+  const c10::cuda::CUDAStream after_end = after_end_owner_->get();
+  // Every path that succeeds records the end (finish()) before the Work completes: a Future whose
+  // events would order nothing is a bug, not a case to pass over.
+  TORCH_INTERNAL_ASSERT(finished_.load(std::memory_order_acquire),
+                        "pride: a CUDA operation completed without recording its end event");
+  C10_CUDA_CHECK(cudaStreamWaitEvent(after_end.stream(), end_.get(), 0));
   c10::cuda::CUDAStreamGuard stream_guard(after_end);
   fn();
 }

@@ -16,16 +16,21 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 
 #include "torch_plugin/cuda_event_pool.h"
 #include "torch_plugin/device_completion.h"
+#include "torch_plugin/private_cuda_stream.h"
 
 namespace pride::torch_plugin {
 
 class CudaOrdering final : public DeviceCompletion {
  public:
-  // Caller's thread: records the start event on the current stream of `device`.
-  CudaOrdering(c10::Device device, c10::cuda::CUDAStream internal);
+  // Caller's thread: records the start event on the current stream of `device`. `internal`: pride's
+  // stream for the device (the group's); `after_end`: the group's stream on which a Future's events
+  // are recorded after the end event (run_after_end). Both are held until this ordering is gone.
+  CudaOrdering(c10::Device device, std::shared_ptr<const PrivateCudaStream> internal,
+               std::shared_ptr<const PrivateCudaStream> after_end);
   ~CudaOrdering() override;
   CudaOrdering(const CudaOrdering&) = delete;
   CudaOrdering& operator=(const CudaOrdering&) = delete;
@@ -50,6 +55,7 @@ class CudaOrdering final : public DeviceCompletion {
 
  private:
   c10::Device device_;
+  std::shared_ptr<const PrivateCudaStream> internal_owner_, after_end_owner_;
   c10::cuda::CUDAStream internal_;
   PooledCudaEvent ready_;  // recorded on the caller's stream at issue
   PooledCudaEvent end_;    // recorded on pride's stream after the operation

@@ -20,6 +20,7 @@
 #include "torch_plugin/device_revote.h"
 #include "torch_plugin/device_vote.h"
 #include "torch_plugin/pride_backend.h"
+#include "torch_plugin/private_cuda_stream.h"
 #include "torch_plugin/tensor_types.h"
 #include "torch_plugin/word_buffers.h"
 
@@ -40,7 +41,8 @@ struct CudaLionWorkspace::Buffers {
   // per stream, so the exchange's scratch planes come back at the same addresses, and the peers' UCX
   // finds their cuda_ipc mappings cached instead of opening new ones (a stream from the pool each step
   // cost fresh cudaMallocs, and each mapping a round of context switches on a shared GPU).
-  std::optional<c10::cuda::CUDAStream> vote_stream;
+  // Its own, not one of torch's pool, which could be another group's NCCL stream (private_cuda_stream.h).
+  std::optional<PrivateCudaStream> vote_stream;
   // The worker's stream for the few small copies of data it has already waited for on the host (the
   // abstention lists, the votes at a re-vote's elements): a wait on it is not behind the earlier buckets'
   // exchanges queued on vote_stream (NCCL's, which no host thread otherwise waits for). A stream of its
@@ -235,7 +237,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
   TORCH_CHECK_VALUE(ws.device < 0 || ws.device == device.index(), "pride ", site, ": a workspace serves one device, ",
                     int(ws.device), ", got tensors on ", device);
   ws.device = device.index();
-  if (!ws.vote_stream) ws.vote_stream = c10::cuda::getStreamFromPool(false, device.index());
+  if (!ws.vote_stream) ws.vote_stream.emplace(device.index());
   if (!ws.copy_stream) C10_CUDA_CHECK(cudaStreamCreateWithFlags(&ws.copy_stream, cudaStreamNonBlocking));
   const int nranks = backend ? backend->getSize() : 1;
   const StepPlan step{SignPlan::make(nranks, options.mode, VoteKind::kBinary),
@@ -245,7 +247,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       hyper,
                       to_sign_dtype(params[0].scalar_type(), site),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
-                      *ws.vote_stream,
+                      ws.vote_stream->get(),
                       c10::cuda::getStreamFromExternal(ws.copy_stream, device.index()),
                       device,
                       nranks,

@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "torch_plugin/cuda_ordering.h"
+#include "torch_plugin/private_cuda_stream.h"
 #endif
 #ifdef PRIDE_WITH_NCCL_TRANSPORT
 #include "torch_plugin/nccl_group.h"
@@ -66,18 +67,26 @@ struct PrideBackend::InFlight {
 };
 
 #ifdef PRIDE_WITH_CUDA_TENSORS
+// The group's two streams on a device (cuda_ordering.h): its operations', and the one its Futures'
+// events wait on. Its own, not from torch's pool (private_cuda_stream.h); each Work's ordering holds
+// them too, so a Work that outlives the group still has them.
 struct PrideBackend::CudaStreams {
+  struct OfDevice {
+    std::shared_ptr<const PrivateCudaStream> operations, after_end;
+  };
   std::mutex mutex;
-  std::map<c10::DeviceIndex, c10::cuda::CUDAStream> by_device;
+  std::map<c10::DeviceIndex, OfDevice> by_device;
 };
 
 std::shared_ptr<CudaOrdering> PrideBackend::cuda_ordering(c10::Device device) {
   std::lock_guard<std::mutex> lock(cuda_streams_->mutex);
   auto it = cuda_streams_->by_device.find(device.index());
   if (it == cuda_streams_->by_device.end()) {
-    it = cuda_streams_->by_device.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index())).first;
+    CudaStreams::OfDevice streams{std::make_shared<const PrivateCudaStream>(device.index()),
+                                  std::make_shared<const PrivateCudaStream>(device.index())};
+    it = cuda_streams_->by_device.emplace(device.index(), std::move(streams)).first;
   }
-  return std::make_shared<CudaOrdering>(device, it->second);
+  return std::make_shared<CudaOrdering>(device, it->second.operations, it->second.after_end);
 }
 
 bool PrideBackend::cuda_supported() { return true; }

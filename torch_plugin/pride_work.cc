@@ -59,9 +59,16 @@ void PrideWork::complete(std::exception_ptr error) {
   // a thread of CallbackThreads: the Future's callbacks run there, never on the worker, which alone runs
   // the group's operations (a callback may wait for one). CUDA operations too: the Future's events
   // then wait for this operation's end event on a stream of their own.
-  CallbackThreads::instance().post([work = c10::intrusive_ptr<PrideWork>::reclaim_copy(this), future, error] {
+  auto hand_over = [work = c10::intrusive_ptr<PrideWork>::reclaim_copy(this), future, error] {
     work->finish(work->mark_future(*future, error));
-  });
+  };
+  try {
+    CallbackThreads::instance().post(hand_over);
+  } catch (...) {
+    // No thread to hand it to (the system refused one): complete here rather than never, which would
+    // leave wait() blocked and the exception loose on the worker.
+    hand_over();
+  }
 }
 
 void PrideWork::synchronize() {
