@@ -26,17 +26,27 @@ CallbackThreads& CallbackThreads::instance() {
 void CallbackThreads::post(std::function<void()> task) {
   std::unique_lock<std::mutex> lock(mutex_);
   tasks_.push_back(std::move(task));
-  if (tasks_.size() > idle_) {
-    lock.unlock();
-    std::thread([this] { run(); }).detach();
-  } else {
+  if (tasks_.size() <= idle_) {
     ready_.notify_one();
+    return;
+  }
+  const size_t position = tasks_.size() - 1;
+  lock.unlock();
+  try {
+    std::thread([this] { run(); }).detach();
+  } catch (...) {
+    lock.lock();
+    if (threads_ > 0) return;  // queued: a thread takes it when it is free
+    // No thread takes anything: nothing has left the queue since, so the task is where it was put.
+    tasks_.erase(tasks_.begin() + std::ptrdiff_t(position));
+    throw;
   }
 }
 
 void CallbackThreads::run() {
   // Below no autograd or inference-mode guard: callbacks compute with the caller's defaults.
   std::unique_lock<std::mutex> lock(mutex_);
+  ++threads_;  // before it takes a task: with none counted, nothing has left the queue (post)
   for (;;) {
     if (tasks_.empty()) {
       ++idle_;

@@ -24,6 +24,9 @@ class CallbackThreads {
   // among them) while the process exits, as torch's own pools may.
   static CallbackThreads& instance();
 
+  // Runs `task` on a thread of these: an idle one, or a new one. Where no new thread can be started,
+  // an existing one takes the task when it is free; with none at all, the task is dropped and the
+  // error thrown (the caller reports it; the task never runs).
   void post(std::function<void()> task);
 
  private:
@@ -36,6 +39,7 @@ class CallbackThreads {
   std::condition_variable ready_;
   std::deque<std::function<void()>> tasks_;
   size_t idle_ = 0;
+  size_t threads_ = 0;
 };
 
 }  // namespace pride::torch_plugin

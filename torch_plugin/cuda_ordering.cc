@@ -65,8 +65,9 @@ void CudaOrdering::run_after_end(const std::function<void()>& fn) {
   // Not pride's operation stream: by the time a callback thread gets here the worker may have queued
   // later operations there, and an event recorded there would wait for them too. Not one of torch's
   // pool either, which could be that very stream or another group's NCCL stream (private_cuda_stream.h).
-  // Every Future of the group waits here on its own end event; the operations end in order, so one
-  // waiting for an earlier one's end too costs nothing.
+  // Every Future of the group waits here on its own end event. The operations end in order, so an
+  // earlier one's end costs nothing; a Future asked for late also waits for the ends of the operations
+  // whose Futures were made before it (they have ended, or soon will).
   c10::cuda::CUDAGuard device_guard(device_);
   const c10::cuda::CUDAStream after_end = after_end_owner_->get();
   // Every path that succeeds records the end (finish()) before the Work completes: a Future whose

@@ -48,7 +48,7 @@ struct CudaLionWorkspace::Buffers {
   // exchanges queued on vote_stream (NCCL's, which no host thread otherwise waits for). A stream of its
   // own, not one of torch's pool: the pool hands its 32 streams out in turn, so after 32 such requests
   // in a process this could be another's stream with unrelated work queued, which the waits would wait for.
-  cudaStream_t copy_stream = nullptr;
+  std::optional<PrivateCudaStream> copy_stream;
   std::vector<cudaEvent_t> packed;       // per bucket: its votes are in votes_host
   std::vector<cudaEvent_t> voted;        // per bucket: its result planes are written (on vote_stream)
   c10::DeviceIndex device = -1;
@@ -71,8 +71,6 @@ struct CudaLionWorkspace::Buffers {
       if (last_use) cudaEventDestroy(last_use);
       for (cudaEvent_t e : packed) cudaEventDestroy(e);
       for (cudaEvent_t e : voted) cudaEventDestroy(e);
-      if (copy_stream) cudaStreamSynchronize(copy_stream);
-      if (copy_stream) cudaStreamDestroy(copy_stream);
     } catch (...) {
     }
   }
@@ -238,7 +236,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                     int(ws.device), ", got tensors on ", device);
   ws.device = device.index();
   if (!ws.vote_stream) ws.vote_stream.emplace(device.index());
-  if (!ws.copy_stream) C10_CUDA_CHECK(cudaStreamCreateWithFlags(&ws.copy_stream, cudaStreamNonBlocking));
+  if (!ws.copy_stream) ws.copy_stream.emplace(device.index());
   const int nranks = backend ? backend->getSize() : 1;
   const StepPlan step{SignPlan::make(nranks, options.mode, VoteKind::kBinary),
                       SignPlan::make(nranks, options.mode, VoteKind::kTernary),
@@ -248,7 +246,7 @@ bool distributed_lion_step_cuda(PrideBackend* backend, CudaLionWorkspace& worksp
                       to_sign_dtype(params[0].scalar_type(), site),
                       c10::cuda::getCurrentCUDAStream(device.index()).stream(),
                       ws.vote_stream->get(),
-                      c10::cuda::getStreamFromExternal(ws.copy_stream, device.index()),
+                      ws.copy_stream->get(),
                       device,
                       nranks,
                       backend != nullptr && backend->gpu_transport(device) == GpuTransport::kNccl ? backend->nccl()

@@ -63,11 +63,14 @@ void PrideWork::complete(std::exception_ptr error) {
     work->finish(work->mark_future(*future, error));
   };
   try {
-    CallbackThreads::instance().post(hand_over);
+    CallbackThreads::instance().post(std::move(hand_over));
   } catch (...) {
-    // No thread to hand it to (the system refused one): complete here rather than never, which would
-    // leave wait() blocked and the exception loose on the worker.
-    hand_over();
+    // No thread can run it (the system refused to start one, and none exists): fail the Future and the
+    // Work with that, rather than leave wait() blocked and the exception loose on the worker. Not run
+    // here: a callback that waits for a later operation would wait for this worker forever.
+    const std::exception_ptr refused = std::current_exception();
+    future->setErrorIfNeeded(refused);
+    finish(refused);
   }
 }
 

@@ -6,7 +6,8 @@
 // The streams are never destroyed, as torch's pool streams are not: the caching allocator records an
 // event on a stream whenever a tensor recordStream'd onto it is freed, which can be long after the
 // group that used it is gone. A holder gone, its stream goes back to pride's own free list for the
-// next group on that device (whatever it still had queued runs first there, in stream order).
+// next group on that device, once nothing is queued on it (a destroyed group's operation that never
+// ended would hold the next group's work behind it).
 // Compiled only where pride is built with CUDA (PRIDE_WITH_CUDA_TENSORS).
 #pragma once
 
@@ -18,9 +19,9 @@ namespace pride::torch_plugin {
 
 class PrivateCudaStream {
  public:
-  // A stream from the free list of `device`, or a new one.
+  // A stream from the free list of `device` (one with nothing queued), or a new one.
   explicit PrivateCudaStream(c10::DeviceIndex device);
-  // Back to the free list.
+  // Back to the free list (or the list of those that still have work queued).
   ~PrivateCudaStream();
   PrivateCudaStream(const PrivateCudaStream&) = delete;
   PrivateCudaStream& operator=(const PrivateCudaStream&) = delete;
