@@ -326,10 +326,6 @@ void PrideBackend::worker_loop() {
         next = std::move(queue_.front());
         queue_.pop_front();
       }
-      if (reset_traffic_requested_) {
-        comm_->reset_traffic();
-        reset_traffic_requested_ = false;
-      }
       if (timeout_requested_) {
         comm_->set_timeout(*timeout_requested_);  // the communicator is the worker's: set between tasks
         timeout_requested_.reset();
@@ -621,13 +617,21 @@ c10::intrusive_ptr<c10d::Work> PrideBackend::run_on_worker(const char* name, std
 
 std::map<std::string, TrafficCounters> PrideBackend::traffic() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return traffic_snapshot_;
+  std::map<std::string, TrafficCounters> since_reset;
+  for (const auto& [name, now] : traffic_snapshot_) {
+    TrafficCounters before;
+    if (auto it = traffic_baseline_.find(name); it != traffic_baseline_.end()) before = it->second;
+    const TrafficCounters moved{now.calls - before.calls, now.bytes_sent - before.bytes_sent,
+                                now.bytes_received - before.bytes_received,
+                                now.device_bytes_sent - before.device_bytes_sent};
+    if (moved.calls || moved.bytes_sent || moved.bytes_received) since_reset[name] = moved;
+  }
+  return since_reset;
 }
 
 void PrideBackend::reset_traffic() {
   std::lock_guard<std::mutex> lock(mutex_);
-  reset_traffic_requested_ = true;  // the worker owns the counters; it clears them before its next task
-  traffic_snapshot_.clear();
+  traffic_baseline_ = traffic_snapshot_;  // the worker's counters keep running: an operation in flight counts after
 }
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -131,7 +131,8 @@ class PrideBackend : public c10d::Backend {
   // Immutable after construction (rank, size, host layout): safe to read from any thread.
   const Communicator& communicator() const { return *comm_; }
 
-  // Traffic per algorithm, as of the last completed operation.
+  // Traffic per algorithm, as of the last completed operation, less what had completed at the last
+  // reset_traffic(). An operation in flight at the reset counts in full after it.
   std::map<std::string, TrafficCounters> traffic() const;
   void reset_traffic();
 
@@ -197,10 +198,12 @@ class PrideBackend : public c10d::Backend {
   };
   std::deque<Queued> queue_;
   bool stopping_ = false;
-  bool reset_traffic_requested_ = false;
   std::optional<std::chrono::milliseconds> timeout_requested_;  // for the worker, before its next task
   std::atomic<uint64_t> issued_{0};
+  // The communicator's counters are the worker's: it publishes them here after each operation. The
+  // reset only moves the baseline, so no operation's bytes are lost or counted twice across it.
   std::map<std::string, TrafficCounters> traffic_snapshot_;
+  std::map<std::string, TrafficCounters> traffic_baseline_;
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // worker thread only
   bool abandon_in_flight_ = false;                     // worker thread only
   Clock::time_point next_liveness_check_{};            // worker thread only

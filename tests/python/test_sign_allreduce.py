@@ -1,6 +1,7 @@
 """pride.sign_allreduce on real process groups against the int32 oracle (SPEC §2)."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -130,6 +131,26 @@ def _bad_input(rank, world, store_path):
     gloo = dist.new_group(backend="gloo")
     with pytest.raises(TypeError, match="not 'pride'"):
         pride.sign_allreduce(torch.ones(4), group=gloo)
+    # what Python would quietly round, or pass on to a message that names no collective
+    with pytest.raises(TypeError, match="sign_allreduce_packed: numel must be an int, got float 15.7"):
+        pride.sign_allreduce_packed(torch.zeros(2, dtype=torch.uint8), 15.7)
+    with pytest.raises(TypeError, match="numel must be an int, got a bool"):
+        pride.sign_allreduce_packed(torch.zeros(2, dtype=torch.uint8), True)
+    with pytest.raises(TypeError, match="sign_allreduce: group must be a torch.distributed ProcessGroup"):
+        pride.sign_allreduce(torch.ones(4), group="world")
+    with pytest.raises(TypeError, match="sign_allreduce: mode must be a string, got NoneType"):
+        pride.sign_allreduce(torch.ones(4), mode=None)
+    with pytest.raises(TypeError, match="level_vote: max_level must be an int"):
+        pride.level_vote(torch.ones(4, dtype=torch.int8), 1.5)
+    t = torch.zeros(4096)
+    server = torch.zeros(pride.compressed_allreduce_server_numel(4096))
+    assert server.numel() > 0
+    with pytest.raises(ValueError, match=rf"compressed_allreduce \(rank {rank}\): t and worker_error share memory"):
+        pride.compressed_allreduce(t, t, server)
+    both = torch.zeros(4096 + server.numel())
+    with pytest.raises(ValueError, match="worker_error and server_error share memory"):
+        pride.compressed_allreduce(t, both[:4096], both[4095:4095 + server.numel()])
+    pride.compressed_allreduce(t, both[:4096], both[4096:])  # adjacent, not shared: accepted
     # the group is still usable after every refused call
     x = torch.full((10,), float(rank) - 0.5)
     pride.sign_allreduce(x, mode="mean")
@@ -140,6 +161,39 @@ def _bad_input(rank, world, store_path):
 
 def test_bad_input_raises_and_group_survives():
     run(_bad_input, 2)
+
+
+def _reset_with_a_collective_in_flight(rank, world, store_path):
+    import pride
+
+    store = init_group(rank, world, store_path)
+    x = torch.randn(1 << 16)
+    pride.sign_allreduce(x)
+    pride.reset_stats()
+    pride.sign_allreduce(x)
+    one_call = pride.stats()["bytes_sent"]
+    assert pride.stats()["collectives"] == 1 and one_call > 0
+    pride.sign_allreduce(x)
+    if rank == 0:
+        work = pride.sign_allreduce(x, async_op=True)
+        time.sleep(0.5)  # the worker has begun it and waits for rank 1, which waits for this reset
+        pride.reset_stats()
+        assert pride.stats()["collectives"] == 0
+        store.set("reset", "done")
+        work.wait()
+    else:
+        pride.reset_stats()  # nothing in flight here
+        store.wait(["reset"])
+        pride.sign_allreduce(x)
+    # the call in flight at the reset counts in full, the two before it not at all
+    assert (pride.stats()["collectives"], pride.stats()["bytes_sent"]) == (1, one_call), pride.stats()
+    pride.sign_allreduce(x)
+    assert (pride.stats()["collectives"], pride.stats()["bytes_sent"]) == (2, 2 * one_call), pride.stats()
+    dist.destroy_process_group()
+
+
+def test_reset_stats_with_a_collective_in_flight_loses_and_repeats_nothing():
+    run(_reset_with_a_collective_in_flight, 2)
 
 
 def _dtypes_differ(rank, world, store_path):

@@ -1,5 +1,7 @@
 """pride's own collectives on torch.distributed groups (SPEC §3)."""
 
+import operator
+
 import torch
 import torch.distributed as dist
 
@@ -15,6 +17,9 @@ def _pride_backend(group, what):
             f"pride.{what}: torch.distributed is not initialized; call "
             'dist.init_process_group("pride") or pride.init() first'
         )
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"pride.{what}: group must be a torch.distributed ProcessGroup (from new_group) or None, "
+                        f"got {type(group).__name__}")
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     try:
         backend = pg._get_backend(_CPU)
@@ -26,6 +31,38 @@ def _pride_backend(group, what):
             "backend='pride' (or 'cpu:pride,cuda:nccl')"
         )
     return backend
+
+
+def _whole_number(value, name, what):
+    """``value`` as an int, refusing what int() would round or take from a bool (15.7 elements, True)."""
+    if isinstance(value, bool):
+        raise TypeError(f"pride.{what}: {name} must be an int, got a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"pride.{what}: {name} must be an int, got {type(value).__name__} {value!r}") from None
+
+
+def _option(value, name, what):
+    if not isinstance(value, str):
+        raise TypeError(f"pride.{what}: {name} must be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _overlap(a, b):
+    """Whether two tensors share any byte of memory."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(x):
+        first = x.storage_offset() * x.element_size()
+        last = first + (1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))) * x.element_size()
+        return first, last
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _not_a_member(group):
@@ -51,7 +88,8 @@ def sign_allreduce(t, mode="vote", group=None, async_op=False, votes="binary"):
         return None
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"pride.sign_allreduce: expected a torch.Tensor, got {type(t).__name__}")
-    work = _C.sign_allreduce(_pride_backend(group, "sign_allreduce"), t, mode, votes)
+    work = _C.sign_allreduce(_pride_backend(group, "sign_allreduce"), t, _option(mode, "mode", "sign_allreduce"),
+                             _option(votes, "votes", "sign_allreduce"))
     if async_op:
         return work
     work.wait()
@@ -67,7 +105,9 @@ def sign_allreduce_packed(bits, numel, mode="vote", group=None, async_op=False):
         return None
     if not isinstance(bits, torch.Tensor):
         raise TypeError(f"pride.sign_allreduce_packed: expected a uint8 tensor, got {type(bits).__name__}")
-    work = _C.sign_allreduce_packed(_pride_backend(group, "sign_allreduce_packed"), bits, int(numel), mode)
+    what = "sign_allreduce_packed"
+    work = _C.sign_allreduce_packed(_pride_backend(group, what), bits, _whole_number(numel, "numel", what),
+                                    _option(mode, "mode", what))
     if async_op:
         return work
     work.wait()
@@ -78,8 +118,10 @@ def compressed_allreduce_server_numel(numel, group=None):
     """How many elements of a ``numel``-element tensor this rank owns in ``compressed_allreduce``: the
     length of its ``server_error``. Ranks own contiguous chunks of 64-element words, in rank order."""
     if not dist.is_initialized():
-        return _C.compressed_allreduce_server_numel(int(numel), 1, 0)
-    return _C.compressed_allreduce_server_numel(int(numel), dist.get_world_size(group), dist.get_rank(group))
+        return _C.compressed_allreduce_server_numel(_whole_number(numel, "numel", "compressed_allreduce_server_numel"),
+                                                    1, 0)
+    return _C.compressed_allreduce_server_numel(_whole_number(numel, "numel", "compressed_allreduce_server_numel"),
+                                                dist.get_world_size(group), dist.get_rank(group))
 
 
 def compressed_allreduce(t, worker_error, server_error, group=None, async_op=False):
@@ -95,13 +137,21 @@ def compressed_allreduce(t, worker_error, server_error, group=None, async_op=Fal
     ``compressed_allreduce_server_numel(t.numel(), group)`` elements (zeros to start; both contiguous,
     updated in place, and part of the caller's state: save them to resume exactly). CPU or CUDA
     tensors (CUDA ones are compressed on their GPU; only the packed signs leave it). Returns a Work when
-    ``async_op``.
+    ``async_op``. A NaN or infinity in y makes its scale NaN, so ``t`` and the errors kept are NaN on
+    every rank from then on (as in DeepSpeed): skip such steps, or zero the errors where the result is not
+    finite, as ``pride.ddp_hooks.onebit_hook`` does under GradScaler.
     """
     if _not_a_member(group):
         return None
     for name, x in (("t", t), ("worker_error", worker_error), ("server_error", server_error)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"pride.compressed_allreduce: {name} must be a torch.Tensor, got {type(x).__name__}")
+    named = (("t", t), ("worker_error", worker_error), ("server_error", server_error))
+    for i, (name_a, a) in enumerate(named):  # every one is written: a shared byte would be two things at once
+        for name_b, b in named[i + 1:]:
+            if _overlap(a, b):
+                raise ValueError(f"pride.compressed_allreduce (rank {dist.get_rank()}): {name_a} and {name_b} share "
+                                 "memory; each must be a tensor of its own")
     work = _C.compressed_allreduce(_pride_backend(group, "compressed_allreduce"), t, worker_error, server_error)
     if async_op:
         return work
@@ -130,7 +180,7 @@ def level_vote(q, max_level, group=None, async_op=False):
         return None
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"pride.level_vote: expected a torch.Tensor, got {type(q).__name__}")
-    work = _C.level_vote(_pride_backend(group, "level_vote"), q, int(max_level))
+    work = _C.level_vote(_pride_backend(group, "level_vote"), q, _whole_number(max_level, "max_level", "level_vote"))
     if async_op:
         return work
     work.wait()
@@ -152,5 +202,6 @@ def stats(group=None):
 
 
 def reset_stats(group=None):
-    """Zeroes the counters that stats() reports (takes effect before the next queued operation)."""
+    """Zeroes the counters that stats() reports: operations completed before the call no longer count; one
+    in flight at the call counts in full once it completes."""
     _C.reset_traffic(_pride_backend(group, "reset_stats"))
