@@ -40,8 +40,8 @@ constexpr uint64_t kMaxBytes = uint64_t(1) << 40;
 // "4", "64K", "64M", "1G" (binary multiples, as nccl-tests reads them).
 uint64_t parse_bytes(const std::string& text, const char* flag) {
   // strtoull would take "-4" as 2^64 - 4 and clamp an overflow silently: only digits are a size.
-  const size_t digits = text.find_first_not_of("0123456789");
-  PRIDE_CHECK_ARG(digits != 0 && !text.empty(), "{} '{}' is not a size (a whole number of bytes, with K, M or G)",
+  const size_t first_non_digit = text.find_first_not_of("0123456789");
+  PRIDE_CHECK_ARG(first_non_digit != 0 && !text.empty(), "{} '{}' is not a size (a whole number of bytes, with K, M or G)",
                   flag, text);
   errno = 0;
   char* end = nullptr;

@@ -166,13 +166,19 @@ def run_perf(args):
     print("PASS")
 
 
-def run_output(args):
-    print("+", " ".join(args.command), flush=True)
+def run_single(command, deadline, on_timeout, env=None):
+    """Runs one command of the output/refuse modes, echoes its output and returns the finished process."""
+    print("+", " ".join(command), flush=True)
     try:
-        proc = subprocess.run(args.command, capture_output=True, text=True, timeout=args.deadline)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=deadline, env=env)
     except subprocess.TimeoutExpired:
-        fail(f"still running after {args.deadline} s")
+        fail(on_timeout)
     print(proc.stdout + proc.stderr, flush=True)
+    return proc
+
+
+def run_output(args):
+    proc = run_single(args.command, args.deadline, f"still running after {args.deadline} s")
     if proc.returncode != 0:
         fail(f"exited with {proc.returncode}")
     for regex in args.expect:
@@ -182,13 +188,9 @@ def run_output(args):
 
 
 def run_refuse(args):
+    # Without the launcher's variables the tool must refuse the flag before it looks for its peers.
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    print("+", " ".join(args.command), flush=True)
-    try:
-        proc = subprocess.run(args.command, capture_output=True, text=True, timeout=60, env=env)
-    except subprocess.TimeoutExpired:
-        fail("still running after 60 s: a bad flag must be refused at once")
-    print(proc.stdout + proc.stderr, flush=True)
+    proc = run_single(args.command, 60, "still running after 60 s: a bad flag must be refused at once", env)
     if proc.returncode != 2:
         fail(f"exited with {proc.returncode}, expected 2")
     if not re.search(args.message, proc.stderr):
