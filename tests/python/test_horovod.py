@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -177,3 +178,34 @@ print("OK")
 """
     out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout + out.stderr
+
+
+def _on_cuda(rank, world, store_path):
+    init_group(rank, world, store_path)
+    oracle = dist.new_group(backend="gloo")
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.BatchNorm1d(16)).cuda()
+    expected = {k: v.cpu() for k, v in model.state_dict().items()}
+    for v in expected.values():
+        dist.broadcast(v, src=1, group=oracle)
+    pride.broadcast_parameters(model.state_dict(), root_rank=1)
+    for k, v in model.state_dict().items():
+        assert v.is_cuda and torch.equal(v.cpu(), expected[k]), k
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    moments = [opt.state[p]["exp_avg_sq"].cpu() for p in model.parameters()]
+    for m in moments:
+        dist.broadcast(m, src=1, group=oracle)
+    pride.broadcast_optimizer_state(opt, root_rank=1)
+    for p, m in zip(model.parameters(), moments):
+        assert opt.state[p]["exp_avg_sq"].device == p.device and torch.equal(opt.state[p]["exp_avg_sq"].cpu(), m)
+        assert opt.state[p]["step"].device.type == "cpu"
+    dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_broadcasts_of_cuda_parameters_and_optimizer_state_2ranks():
+    run(_on_cuda, 2)

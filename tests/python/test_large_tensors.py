@@ -66,6 +66,27 @@ def _bytes_beyond_int32(rank, world_size, store_path):
     assert _positions(t != 7) == MARKS, f"rank {rank}: broadcast"
 
 
+def _packed_and_levels_beyond_int32(rank, world_size, store_path):
+    import pride
+
+    init_group(rank, world_size, store_path, timeout_s=600)
+    bits = torch.full(((NUMEL + 7) // 8,), 0xFF, dtype=torch.uint8)  # +1 everywhere
+    bits[-1] = (1 << (NUMEL % 8)) - 1  # the last byte's trailing bits zero, as SPEC §2 lays them out
+    for j in MARKS + ([SPLIT] if rank == 0 else []):
+        bits[j // 8] &= ~(1 << (j % 8)) & 0xFF
+    result = pride.sign_allreduce_packed(bits, NUMEL)  # vote: int8 (mean's float32 would be 8 GiB a rank)
+    assert (_positions(result < 0), _positions(result == 0)) == (MARKS, [SPLIT]), f"rank {rank}: packed"
+    del bits, result
+    q = _marked("cpu", torch.int8, rank)
+    pride.level_vote(q, 1)
+    assert (_positions(q < 0), _positions(q == 0)) == (MARKS, [SPLIT]), f"rank {rank}: level_vote"
+
+
+@large
+def test_sign_allreduce_packed_and_level_vote_beyond_int32_elements_2ranks():
+    run(_packed_and_levels_beyond_int32, 2, deadline_s=600)
+
+
 @large
 def test_sign_allreduce_beyond_int32_elements_2ranks():
     run(_signs_beyond_int32, 2, "cpu", deadline_s=600)
