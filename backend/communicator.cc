@@ -20,6 +20,7 @@
 #include "backend/common/log.h"
 #include "backend/common/settings.h"
 #include "backend/liveness/process_state.h"
+#include "backend/topology/host_layout.h"
 #include "backend/topology/host_topology.h"
 
 namespace pride {
@@ -49,44 +50,12 @@ Tag collective_tag(uint64_t sequence, uint32_t slot) {
   return ((sequence & kSequenceMask) << kSlotBits) | Tag(slot);
 }
 
-// One rank's "<cores> <pid> <pid namespace> <hostname>" entry (learn_hosts). Parsed with from_chars,
-// not iostreams: the start-up path of the Python extension must not depend on locale facets (see
-// bindings/exports.map). A malformed entry reads as one core, no pid, an unknown namespace.
-struct HostEntry {
-  int cores = 1;
-  long pid = 0;
-  std::string pid_ns;
-  std::string machine;  // the kernel's boot id: the same for every network namespace of one machine
-  std::string host;
-};
-
 // The kernel's boot id ("unknown" where /proc does not have it).
 std::string boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   if (!(in >> id) || id.empty()) return "unknown";
   return id;
-}
-
-HostEntry parse_host_entry(std::string_view text) {
-  HostEntry e;
-  auto next_field = [&text]() {
-    const size_t start = text.find_first_not_of(' ');
-    if (start == std::string_view::npos) return std::string_view{};
-    text.remove_prefix(start);
-    const size_t end = std::min(text.find(' '), text.size());
-    std::string_view field = text.substr(0, end);
-    text.remove_prefix(end);
-    return field;
-  };
-  const std::string_view cores = next_field(), pid = next_field();
-  std::from_chars(cores.data(), cores.data() + cores.size(), e.cores);
-  std::from_chars(pid.data(), pid.data() + pid.size(), e.pid);
-  e.pid_ns = std::string(next_field());
-  e.machine = std::string(next_field());
-  const size_t start = text.find_first_not_of(' ');
-  e.host = start == std::string_view::npos ? std::string() : std::string(text.substr(start));
-  return e;
 }
 
 // `describe` prints a call, the describer of this rank's own call (the other rank's call may be a
@@ -425,49 +394,31 @@ void Communicator::learn_hosts(const std::string& hostname) {
   std::error_code ec;
   std::string pid_ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
   if (ec || pid_ns.empty()) pid_ns = "unknown";
-  const std::string machine = boot_id();
-  const std::string entry =
-      fmt::format("{} {} {} {} {}", host_topology().cores, long(getpid()), pid_ns, machine, host);
+  const HostEntry mine{host_topology().cores, long(getpid()), pid_ns, boot_id(), host};
+  const std::string entry = format_host_entry(mine);
   store_->set("host/" + std::to_string(rank_), std::vector<uint8_t>(entry.begin(), entry.end()));
   // One gather (a wait and a multi-get, a round trip each on torch's TCPStore), not one read per rank.
   std::vector<std::string> keys;
   keys.reserve(size_t(size_));
   for (int r = 0; r < size_; ++r) keys.push_back("host/" + std::to_string(r));
-  const std::vector<std::vector<uint8_t>> entries = store_->multi_get(keys);
-  std::map<std::string, int> node_ids;
-  std::map<int, std::pair<int, int>> ranks_and_cores;  // per node
-  node_of_rank_.assign(size_t(size_), 0);
-  local_pid_of_rank_.assign(size_t(size_), 0);
-  local_rank_ = 0;
-  local_size_ = 0;
-  int ranks_on_machine = 0;
-  for (int r = 0; r < size_; ++r) {
-    const auto& v = entries[size_t(r)];
-    const HostEntry entry_r = parse_host_entry(std::string_view(reinterpret_cast<const char*>(v.data()), v.size()));
-    const int cores = std::max(1, entry_r.cores);
-    const long pid = entry_r.pid;
-    const std::string& their_ns = entry_r.pid_ns;
-    const std::string& h = entry_r.host;
-    if (entry_r.machine == machine && machine != "unknown") ++ranks_on_machine;
-    if (h == host && their_ns == pid_ns && pid_ns != "unknown" && r != rank_) local_pid_of_rank_[size_t(r)] = pid;
-    auto it = node_ids.emplace(h, int(node_ids.size())).first;
-    node_of_rank_[size_t(r)] = it->second;
-    auto& [ranks, node_cores] = ranks_and_cores[it->second];
-    ++ranks;
-    node_cores = cores;
-    if (h == host) {
-      if (r < rank_) ++local_rank_;
-      ++local_size_;
-    }
+  const std::vector<std::vector<uint8_t>> published = store_->multi_get(keys);
+  std::vector<HostEntry> entries;
+  entries.reserve(published.size());
+  for (const auto& v : published) {
+    entries.push_back(parse_host_entry(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
   }
-  num_nodes_ = int(node_ids.size());
+  HostLayout layout = lay_out_hosts(entries, rank_);
+  node_of_rank_ = std::move(layout.node_of_rank);
+  local_pid_of_rank_ = std::move(layout.local_pid_of_rank);
+  local_rank_ = layout.local_rank;
+  local_size_ = layout.local_size;
+  num_nodes_ = layout.num_nodes;
+  const int ranks_on_machine = layout.ranks_on_machine;
   local_process_of_rank_.resize(size_t(size_));
   for (int r = 0; r < size_; ++r) {
     if (local_pid_of_rank_[size_t(r)] != 0) local_process_of_rank_[size_t(r)] = ProcessWatch(pid_t(local_pid_of_rank_[size_t(r)]));
   }
-  for (const auto& [node, rc] : ranks_and_cores) {
-    ranks_per_core_ = std::max(ranks_per_core_, double(rc.first) / rc.second);
-  }
+  ranks_per_core_ = std::max(ranks_per_core_, layout.ranks_per_core);
   // A subgroup (say, of this rank alone) sees only its own members on the machine, but the job's other
   // ranks still use its cores: count the most that any of this process's groups has found.
   const int on_machine = most_ranks_on_this_machine(std::max({1, ranks_on_machine, local_size_}));
