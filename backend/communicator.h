@@ -190,6 +190,8 @@ class Communicator {
 
   // Bytes and calls per algorithm ("ring", "direct", "allreduce_ring", ...).
   const std::map<std::string, TrafficCounters>& traffic() const { return traffic_; }
+  // For the engine's own tests and tools. The torch plugin never clears these: its stats subtract a
+  // baseline (PrideBackend::reset_traffic), which a clear here would underflow.
   void reset_traffic() { traffic_.clear(); }
 
   // After a failure that may have left peers mid-collective, the communicator refuses further work.

@@ -38,6 +38,10 @@ def _refusals(rank, world, store_path):
     # a module is not a state_dict: Horovod refuses it; pride took it as an iterable and did nothing
     _raises_everywhere(lambda: pride.broadcast_parameters(model), "not the module itself")
     _raises_everywhere(lambda: pride.broadcast_parameters({"a": torch.ones(2), "b": 3}), "entry 'b' has type int, not a tensor")
+    # an entry that only rank 1 cannot send: it raises its own error, the others hear of it
+    odd = {"a": torch.ones(2), "b": 3 if rank == 1 else torch.ones(1)}
+    _raises_everywhere(lambda: pride.broadcast_parameters(odd), *(
+        ["entry 'b' has type int"] if rank == 1 else ["rank 1 could not describe its tensors", "TypeError"]))
     _group_still_works(rank, world)
     # rank 2 passes one tensor fewer: before, it returned while the root waited for it until the timeout
     params = dict(model.state_dict())
@@ -55,7 +59,8 @@ def _refusals(rank, world, store_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     if rank == 1:
         opt.param_groups[0]["schedule"] = lambda step: 0.5 ** step
-    _raises_everywhere(lambda: pride.broadcast_optimizer_state(opt, root_rank=1), "rank 1 could not pickle")
+    _raises_everywhere(lambda: pride.broadcast_optimizer_state(opt, root_rank=1),
+                       "rank 1 could not send its optimizer state", "lambda")
     opt.param_groups[0].pop("schedule", None)
     _group_still_works(rank, world)
     # ranks whose optimizers hold other parameters: before, only the receivers raised, in load_state_dict
@@ -74,6 +79,18 @@ def _refusals(rank, world, store_path):
         opt.register_load_state_dict_pre_hook(refuse)
     _raises_everywhere(lambda: pride.broadcast_optimizer_state(opt, root_rank=0),
                        "rank 2 could not load rank 0's state", "RuntimeError: mine")
+    # a receiver that cannot make room for the state (out of memory, say): the others must not wait for it
+    real = pride.horovod._receivers_tensors
+
+    def no_room(*args):
+        raise torch.OutOfMemoryError("no room here")
+
+    if rank == 1:
+        pride.horovod._receivers_tensors = no_room
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    _raises_everywhere(lambda: pride.broadcast_optimizer_state(opt, root_rank=0),
+                       "rank 1 could not make room for the state", "OutOfMemoryError: no room here")
+    pride.horovod._receivers_tensors = real
     _group_still_works(rank, world)
     dist.destroy_process_group()
 
@@ -92,17 +109,36 @@ def _in_place(rank, world, store_path):
         "small.a": torch.randn(3),
         "small.b": torch.randn(40),
         "small.c": torch.randn(5, 6).t(),  # a non-contiguous view: flattened, then copied back
+        "large.t": torch.randn(10, 12).t() if rank == 1 else torch.randn(12, 10),  # the root's alone non-contiguous
         "ints": torch.randint(0, 1000, (70,)),
         "half": torch.randn(9).half(),
         "empty": torch.empty(0),
     }
-    expected = {k: v.clone() for k, v in tensors.items()}
+    expected = {k: v.clone(memory_format=torch.contiguous_format) for k, v in tensors.items()}  # Gloo: contiguous
     for v in expected.values():
         dist.broadcast(v, src=1, group=oracle)
     pride.broadcast_parameters(tensors, root_rank=1)
     for k in tensors:
         assert torch.equal(tensors[k], expected[k]), k
     assert not tensors["small.c"].is_contiguous()
+
+    # the root's state tensors laid out otherwise than the receivers' (a transposed momentum against the
+    # contiguous ones they make): the same broadcasts in the same order on every rank, each to its tensor
+    w, c = torch.nn.Parameter(torch.zeros(10, 8)), torch.nn.Parameter(torch.zeros(80))
+    sgd = torch.optim.SGD([w, c], lr=0.1, momentum=0.9)
+    if rank == 2:
+        sgd.state[w]["momentum_buffer"] = torch.full((8, 10), 1.0).t()
+        sgd.state[c]["momentum_buffer"] = torch.full((80,), 2.0)
+    pride.broadcast_optimizer_state(sgd, root_rank=2)
+    assert torch.equal(sgd.state[w]["momentum_buffer"], torch.full((10, 8), 1.0))
+    assert torch.equal(sgd.state[c]["momentum_buffer"], torch.full((80,), 2.0))
+    # a receiver's own state tensor of the right shape is filled in place, not made again
+    mine = sgd.state[c]["momentum_buffer"]
+    sgd.state[c]["momentum_buffer"] = torch.full((80,), 3.0) if rank == 2 else mine
+    pride.broadcast_optimizer_state(sgd, root_rank=2)
+    assert torch.equal(sgd.state[c]["momentum_buffer"], torch.full((80,), 3.0))
+    if rank != 2:
+        assert sgd.state[c]["momentum_buffer"].data_ptr() == mine.data_ptr()
 
     # OneBitAdam past its warm-up: moments the same on every rank, error feedback of each rank's own
     model = torch.nn.Linear(16, 8)

@@ -150,6 +150,9 @@ def _bad_input(rank, world, store_path):
     both = torch.zeros(4096 + server.numel())
     with pytest.raises(ValueError, match="worker_error and server_error share memory"):
         pride.compressed_allreduce(t, both[:4096], both[4095:4095 + server.numel()])
+    through_numpy = torch.from_numpy(both.numpy()[4095:4095 + server.numel()])  # another storage, same bytes
+    with pytest.raises(ValueError, match="worker_error and server_error share memory"):
+        pride.compressed_allreduce(t, both[:4096], through_numpy)
     pride.compressed_allreduce(t, both[:4096], both[4096:])  # adjacent, not shared: accepted
     # the group is still usable after every refused call
     x = torch.full((10,), float(rank) - 0.5)

@@ -2,9 +2,12 @@
 
 The broadcasts check first that every rank passed the same tensors (names, shapes, dtypes) and raise on
 every rank when one did not, naming it: a mismatch must not leave the root waiting for a peer that has
-already returned. The tensors then travel in place, a few large buckets rather than a call per tensor.
+already returned. Likewise, a step that fails on one rank (its arguments, the root's pickling, a receiver's
+allocation or load) is told to every rank at the next gather instead of leaving them waiting for it. The
+tensors then travel in place, a few large buckets rather than a call per tensor.
 """
 
+import collections
 import logging
 import os
 import pickle
@@ -16,9 +19,12 @@ import torch.distributed as dist
 
 _log = logging.getLogger("pride")
 
-# Small tensors are flattened into buckets of this size per (device, dtype) and broadcast as one; a
-# tensor at least this large goes alone, in place, so that no bucket copies a large tensor.
+# Small tensors are flattened into buckets of this size per dtype and broadcast as one; a tensor at
+# least this large goes alone (in place where it is contiguous). Which tensors share a bucket follows
+# from their sizes and dtypes alone, which the ranks have agreed on: never from layouts or devices,
+# which may differ between ranks. At most _STAGED_BYTES of buckets are in flight.
 _BUCKET_BYTES = 32 << 20
+_STAGED_BYTES = 2 * _BUCKET_BYTES
 
 
 def init(backend="pride", **kwargs):
@@ -97,15 +103,31 @@ def _named_tensors(params, who):
 
 def _check_root(root_rank, who):
     world = dist.get_world_size()
-    if not isinstance(root_rank, int) or not 0 <= root_rank < world:
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool) or not 0 <= root_rank < world:
         raise ValueError(f"{who}: root_rank {root_rank!r} is not in [0, {world})")
 
 
-def _agree(description, who, what):
-    """Every rank gathers every rank's ``description``; where one differs from rank 0's, every rank
-    raises the same error, naming the first rank that differs and where."""
+def _all_or_none(who, doing, error, payload=None):
+    """Gathers (error, payload) from every rank. Where some rank had an error every rank raises: a rank
+    its own TypeError or ValueError as it was, else a ValueError naming the first rank that failed and
+    what it was ``doing``. Returns the ranks' payloads."""
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, description)
+    told = None if error is None else f"{type(error).__name__}: {error}"
+    dist.all_gather_object(everyone, (told, payload))
+    failed = [(r, e) for r, (e, _) in enumerate(everyone) if e is not None]
+    if isinstance(error, (TypeError, ValueError)):
+        raise error
+    if failed:
+        r, e = failed[0]
+        raise ValueError(f"{who} (rank {dist.get_rank()}): rank {r} {doing}: {e}") from error
+    return [p for _, p in everyone]
+
+
+def _agree(who, what, error, description):
+    """Every rank gathers every rank's ``description`` (or its error, see _all_or_none); where one
+    differs from rank 0's, every rank raises the same error, naming the first rank that differs and
+    where."""
+    everyone = _all_or_none(who, f"could not describe its {what}", error, description)
     reference = everyone[0]
     for r, d in enumerate(everyone):
         if d == reference:
@@ -120,30 +142,60 @@ def _agree(description, who, what):
 
 @torch.no_grad()
 def _broadcast_in_place(tensors, root_rank):
-    """Broadcasts ``tensors`` from ``root_rank`` in place: small ones flattened into buckets per (device,
-    dtype), every bucket in flight at once, then copied back on the receivers."""
-    alone, buckets, open_buckets = [], [], {}  # open_buckets: (device, dtype) -> [tensors, bytes]
+    """Broadcasts ``tensors`` from ``root_rank`` in place: small ones flattened into buckets per dtype,
+    large ones alone; a bounded number of buckets in flight, copied back on the receivers as they land."""
+    receiving = dist.get_rank() != root_rank
+    in_flight = collections.deque()  # (work, tensors, staging buffer or None)
+    staged = 0
+
+    def land_oldest():
+        nonlocal staged
+        work, bucket, flat = in_flight.popleft()
+        work.wait()
+        if flat is None:
+            return
+        if receiving:
+            offset = 0
+            for t in bucket:
+                t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+                offset += t.numel()
+        staged -= flat.numel() * flat.element_size()
+
+    def send(bucket):
+        nonlocal staged
+        flat = None
+        if len(bucket) == 1 and bucket[0].is_contiguous():
+            buffer = bucket[0]
+        else:
+            first = bucket[0]
+            buffer = flat = torch.empty(sum(t.numel() for t in bucket), dtype=first.dtype, device=first.device)
+            staged += flat.numel() * flat.element_size()
+            if not receiving:  # only the root's values travel
+                offset = 0
+                for t in bucket:
+                    flat[offset:offset + t.numel()].view(t.shape).copy_(t)
+                    offset += t.numel()
+        in_flight.append((dist.broadcast(buffer, src=root_rank, async_op=True), bucket, flat))
+        while staged > _STAGED_BYTES and len(in_flight) > 1:
+            land_oldest()
+
+    open_buckets = {}  # dtype -> [tensors, bytes]
     for t in tensors:
-        if t.numel() == 0:
-            continue
         size = t.numel() * t.element_size()
-        if t.is_contiguous() and size >= _BUCKET_BYTES:
-            alone.append(t)
+        if size == 0:
             continue
-        bucket = open_buckets.setdefault((t.device, t.dtype), [[], 0])
+        if size >= _BUCKET_BYTES:
+            send([t])
+            continue
+        bucket = open_buckets.setdefault(t.dtype, [[], 0])
         bucket[0].append(t)
         bucket[1] += size
         if bucket[1] >= _BUCKET_BYTES:
-            buckets.append(open_buckets.pop((t.device, t.dtype))[0])
-    buckets.extend(bucket for bucket, _ in open_buckets.values())
-    flats = [torch.cat([t.reshape(-1) for t in bucket]) for bucket in buckets]
-    works = [dist.broadcast(t, src=root_rank, async_op=True) for t in alone + flats]
-    for w in works:
-        w.wait()
-    if dist.get_rank() != root_rank:
-        for bucket, flat in zip(buckets, flats):
-            for t, part in zip(bucket, flat.split([t.numel() for t in bucket])):
-                t.copy_(part.view(t.shape))
+            send(open_buckets.pop(t.dtype)[0])
+    for bucket, _ in open_buckets.values():
+        send(bucket)
+    while in_flight:
+        land_oldest()
 
 
 @torch.no_grad()
@@ -152,9 +204,14 @@ def broadcast_parameters(params, root_rank=0):
     an iterable of (name, tensor) pairs (e.g. ``model.named_parameters()``) or of tensors. Every rank
     must pass the same names, shapes and dtypes; where one does not, every rank raises."""
     who = "pride.broadcast_parameters"
-    _check_root(root_rank, who)
-    pairs = _named_tensors(params, who)
-    _agree([(name, tuple(t.shape), str(t.dtype)) for name, t in pairs], who, "tensors")
+    pairs, description, error = [], None, None
+    try:
+        _check_root(root_rank, who)
+        pairs = _named_tensors(params, who)
+        description = [(name, tuple(t.shape), str(t.dtype)) for name, t in pairs]
+    except Exception as e:  # told to every rank by the gather below, which they all enter
+        error = e
+    _agree(who, "tensors", error, description)
     _broadcast_in_place([t for _, t in pairs], root_rank)
 
 
@@ -194,62 +251,84 @@ def _fill_slots(value, make):
     return value
 
 
+def _receivers_tensors(optimizer, params, skeleton):
+    """The tensors a receiver fills, in the root's order, and the skeleton holding them. A state tensor
+    this optimizer already has, of the same shape, dtype and kind of device, is filled in place (no second
+    copy of the state); the others are made on the CPU or on their parameter's device."""
+    received = {}
+    for index, entry in skeleton["state"].items():
+        if not (isinstance(index, int) and 0 <= index < len(params)):
+            continue
+        current = optimizer.state.get(params[index], {})
+        for key, slot in entry.items():
+            if not isinstance(slot, _Slot):
+                continue
+            have = current.get(key)
+            if (torch.is_tensor(have) and tuple(have.shape) == slot.shape and have.dtype == slot.dtype
+                    and (have.device.type == "cpu") == slot.on_cpu):
+                received[slot.index] = have
+            else:
+                device = "cpu" if slot.on_cpu else params[index].device
+                received[slot.index] = torch.empty(slot.shape, dtype=slot.dtype, device=device)
+    default_device = params[0].device if params else torch.device("cpu")
+
+    def make(slot):
+        if slot.index not in received:
+            device = "cpu" if slot.on_cpu else default_device
+            received[slot.index] = torch.empty(slot.shape, dtype=slot.dtype, device=device)
+        return received[slot.index]
+
+    skeleton = _fill_slots(skeleton, make)
+    return skeleton, [received[i] for i in range(len(received))]
+
+
 def broadcast_optimizer_state(optimizer, root_rank=0):
     """Makes every rank's optimizer state and hyper-parameters equal to ``root_rank``'s. The scalars
-    travel pickled, the state tensors in place. State that belongs to each rank (the error feedback of
-    OneBitAdam and ZeroOneAdam) is not sent: each rank keeps its own. Every rank must hold the same
-    parameters (groups, shapes, dtypes); where one does not, or where one cannot load the state, every
-    rank raises."""
+    travel pickled, the state tensors in place (into the receivers' own state tensors where they have
+    them). State that belongs to each rank (the error feedback of OneBitAdam and ZeroOneAdam) is not sent:
+    each rank keeps its own. Every rank must hold the same parameters (groups, shapes, dtypes); where one
+    does not, or where a step fails on one rank, every rank raises (a receiver's state may then hold some
+    of the root's values)."""
     who = "pride.broadcast_optimizer_state"
-    _check_root(root_rank, who)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    _agree([(type(optimizer).__name__, i, tuple(p.shape), str(p.dtype))
-            for i, group in enumerate(optimizer.param_groups) for p in group["params"]], who, "parameters")
     me = dist.get_rank()
+    params, description, error = [], None, None
+    try:
+        _check_root(root_rank, who)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        description = [(type(optimizer).__name__, i, tuple(p.shape), str(p.dtype))
+                       for i, group in enumerate(optimizer.param_groups) for p in group["params"]]
+    except Exception as e:
+        error = e
+    _agree(who, "parameters", error, description)
     per_rank = set(getattr(optimizer, "_PER_RANK", ()))
     tensors, message = [], [None]
     if me == root_rank:
-        skeleton = _split_tensors(optimizer.state_dict(), tensors, per_rank)
         try:
+            skeleton = _split_tensors(optimizer.state_dict(), tensors, per_rank)
             message[0] = ("state", pickle.dumps(skeleton))
         except Exception as e:  # the receivers must hear of it, or they would wait for the state forever
             message[0] = ("error", f"{type(e).__name__}: {e}")
     dist.broadcast_object_list(message, src=root_rank)
     kind, payload = message[0]
     if kind == "error":
-        raise ValueError(f"{who} (rank {me}): rank {root_rank} could not pickle its optimizer state: {payload}")
+        raise ValueError(f"{who} (rank {me}): rank {root_rank} could not send its optimizer state: {payload}")
+    error = None
     if me != root_rank:
-        skeleton = pickle.loads(payload)
-        devices = {}  # slot -> the device of the parameter whose state it is
-        for index, entry in skeleton["state"].items():
-            for value in entry.values():
-                if isinstance(value, _Slot) and isinstance(index, int) and index < len(params):
-                    devices[value.index] = params[index].device
-        default_device = params[0].device if params else torch.device("cpu")
-        received = {}
-
-        def make(slot):
-            device = "cpu" if slot.on_cpu else devices.get(slot.index, default_device)
-            received[slot.index] = torch.empty(slot.shape, dtype=slot.dtype, device=device)
-            return received[slot.index]
-
-        skeleton = _fill_slots(skeleton, make)
-        tensors = [received[i] for i in range(len(received))]  # in the root's order
-    _broadcast_in_place(tensors, root_rank)
-    failure = None
-    if me != root_rank:
-        if per_rank:  # each rank's own error feedback, where it has some and the root's state has the entry
-            own = optimizer.state_dict()["state"]
-            for index, entry in skeleton["state"].items():
-                for key in per_rank & set(own.get(index, {})):
-                    entry[key] = own[index][key]
         try:
+            skeleton, tensors = _receivers_tensors(optimizer, params, pickle.loads(payload))
+        except Exception as e:
+            error = e
+    _all_or_none(who, "could not make room for the state", error)
+    _broadcast_in_place(tensors, root_rank)
+    error = None
+    if me != root_rank:
+        try:
+            if per_rank:  # each rank's own error feedback, where it has some and the root's state has the entry
+                own = optimizer.state_dict()["state"]
+                for index, entry in skeleton["state"].items():
+                    for key in per_rank & set(own.get(index, {})):
+                        entry[key] = own[index][key]
             optimizer.load_state_dict(skeleton)
         except Exception as e:
-            failure = f"{type(e).__name__}: {e}"
-    failures = [None] * dist.get_world_size()
-    dist.all_gather_object(failures, failure)
-    failed = [(r, f) for r, f in enumerate(failures) if f is not None]
-    if failed:
-        raise ValueError(f"{who} (rank {me}): rank {failed[0][0]} could not load rank {root_rank}'s state: "
-                         f"{failed[0][1]}")
+            error = e
+    _all_or_none(who, f"could not load rank {root_rank}'s state", error)
