@@ -52,9 +52,10 @@ def size():
 
 
 def local_rank():
-    """This process's rank among the group's processes on its host. Hosts are told apart by hostname
-    (``PRIDE_HOSTNAME`` overrides it), as Horovod's MPI does, not by the launcher: two torchrun agents
-    on one host give one host here, where each agent's ``LOCAL_RANK`` counts only its own processes."""
+    """This process's rank among the group's processes on its host. A host is a hostname
+    (``PRIDE_HOSTNAME`` overrides it) on one machine (the kernel's boot id), as Horovod's MPI counts, not
+    the launcher's: two torchrun agents on one host give one host here, where each agent's
+    ``LOCAL_RANK`` counts only its own processes."""
     return _topology()["local_rank"]
 
 
