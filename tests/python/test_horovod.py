@@ -53,7 +53,7 @@ def _refusals(rank, world, store_path):
     # the same count, another shape on rank 1
     shaped = [torch.zeros(4 if rank == 1 else 5), torch.zeros(2)]
     _raises_everywhere(lambda: pride.broadcast_parameters(shaped, root_rank=2),
-                       "rank 1 passed other tensors than rank 0", "entry 0 is (None, (4,)")
+                       "rank 1 passed other tensors than rank 0", "entry 0 is (None, (4,), 'torch.float32', 'cpu')")
     # the root's optimizer state cannot be pickled (a lambda among its hyper-parameters): before, the
     # root raised and every other rank waited for the state until the timeout
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -139,6 +139,20 @@ def _in_place(rank, world, store_path):
     assert torch.equal(sgd.state[c]["momentum_buffer"], torch.full((80,), 3.0))
     if rank != 2:
         assert sgd.state[c]["momentum_buffer"].data_ptr() == mine.data_ptr()
+    # ... but not where it shares memory: two entries holding one tensor, or a view of a parameter
+    d = torch.nn.Parameter(torch.zeros(80))
+    sgd = torch.optim.SGD([w, c, d], lr=0.1, momentum=0.9)
+    if rank == 2:
+        sgd.state[c]["momentum_buffer"] = torch.full((80,), 2.0)
+        sgd.state[d]["momentum_buffer"] = torch.full((80,), 4.0)
+    else:
+        sgd.state[c]["momentum_buffer"] = sgd.state[d]["momentum_buffer"] = torch.zeros(80)
+    sgd.state[w]["momentum_buffer"] = w.data if rank != 2 else torch.full((10, 8), 1.0)
+    pride.broadcast_optimizer_state(sgd, root_rank=2)
+    assert torch.equal(sgd.state[c]["momentum_buffer"], torch.full((80,), 2.0))
+    assert torch.equal(sgd.state[d]["momentum_buffer"], torch.full((80,), 4.0))
+    assert torch.equal(sgd.state[w]["momentum_buffer"], torch.full((10, 8), 1.0))
+    assert torch.equal(w, torch.zeros(10, 8)), "the parameter under a state view must keep its value"
 
     # OneBitAdam past its warm-up: moments the same on every rank, error feedback of each rank's own
     model = torch.nn.Linear(16, 8)

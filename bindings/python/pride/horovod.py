@@ -19,10 +19,11 @@ import torch.distributed as dist
 
 _log = logging.getLogger("pride")
 
-# Small tensors are flattened into buckets of this size per dtype and broadcast as one; a tensor at
-# least this large goes alone (in place where it is contiguous). Which tensors share a bucket follows
-# from their sizes and dtypes alone, which the ranks have agreed on: never from layouts or devices,
-# which may differ between ranks. At most _STAGED_BYTES of buckets are in flight.
+# Small tensors are flattened into buckets of this size per dtype and kind of device (CPU or not) and
+# broadcast as one; a tensor at least this large goes alone (in place where it is contiguous). Which
+# tensors share a bucket follows from what the ranks have agreed on (sizes, dtypes, kinds of device):
+# never from layouts, which may differ between ranks. At most _STAGED_BYTES of buckets are in flight,
+# and one tensor's staging more (an allocation that fails there leaves the other ranks to time out).
 _BUCKET_BYTES = 32 << 20
 _STAGED_BYTES = 2 * _BUCKET_BYTES
 
@@ -180,7 +181,7 @@ def _broadcast_in_place(tensors, root_rank):
         while staged > _STAGED_BYTES and len(in_flight) > 1:
             land_oldest()
 
-    open_buckets = {}  # dtype -> [tensors, bytes]
+    open_buckets = {}  # (dtype, on the CPU) -> [tensors, bytes]
     for t in tensors:
         size = t.numel() * t.element_size()
         if size == 0:
@@ -188,11 +189,12 @@ def _broadcast_in_place(tensors, root_rank):
         if size >= _BUCKET_BYTES:
             send([t])
             continue
-        bucket = open_buckets.setdefault(t.dtype, [[], 0])
+        key = (t.dtype, t.device.type == "cpu")  # a CPU "step" beside CUDA moments: no copies across
+        bucket = open_buckets.setdefault(key, [[], 0])
         bucket[0].append(t)
         bucket[1] += size
         if bucket[1] >= _BUCKET_BYTES:
-            send(open_buckets.pop(t.dtype)[0])
+            send(open_buckets.pop(key)[0])
     for bucket, _ in open_buckets.values():
         send(bucket)
     while in_flight:
@@ -209,7 +211,8 @@ def broadcast_parameters(params, root_rank=0):
     try:
         _check_root(root_rank, who)
         pairs = _named_tensors(params, who)
-        description = [(name, tuple(t.shape), str(t.dtype)) for name, t in pairs]
+        description = [(name, tuple(t.shape), str(t.dtype), "cpu" if t.device.type == "cpu" else "device")
+                       for name, t in pairs]
     except Exception as e:  # told to every rank by the gather below, which they all enter
         error = e
     _agree(who, "tensors", error, description)
@@ -257,6 +260,18 @@ def _receivers_tensors(optimizer, params, skeleton):
     this optimizer already has, of the same shape, dtype and kind of device, is filled in place (no second
     copy of the state); the others are made on the CPU or on their parameter's device."""
     received = {}
+    # Memory that a reused tensor must not share: a parameter's (an optimizer may keep a view of it), or
+    # another reused tensor's (two entries holding one tensor would take one value). Only a tensor that is
+    # the whole of a storage of its own qualifies.
+    taken = {p.untyped_storage().data_ptr() for p in params}
+
+    def reusable(have, slot):
+        if not (torch.is_tensor(have) and tuple(have.shape) == slot.shape and have.dtype == slot.dtype
+                and (have.device.type == "cpu") == slot.on_cpu and have.numel() > 0):
+            return False
+        storage = have.untyped_storage()
+        return storage.data_ptr() not in taken and storage.nbytes() == have.numel() * have.element_size()
+
     for index, entry in skeleton["state"].items():
         if not (isinstance(index, int) and 0 <= index < len(params)):
             continue
@@ -265,8 +280,8 @@ def _receivers_tensors(optimizer, params, skeleton):
             if not isinstance(slot, _Slot):
                 continue
             have = current.get(key)
-            if (torch.is_tensor(have) and tuple(have.shape) == slot.shape and have.dtype == slot.dtype
-                    and (have.device.type == "cpu") == slot.on_cpu):
+            if reusable(have, slot):
+                taken.add(have.untyped_storage().data_ptr())
                 received[slot.index] = have
             else:
                 device = "cpu" if slot.on_cpu else params[index].device
