@@ -28,6 +28,7 @@ import torch.distributed as dist
 from .. import ddp_hooks
 from ..collectives import _not_a_member, _refuse_a_non_member, compressed_allreduce, compressed_allreduce_server_numel
 from . import _grad_scaler
+from ._copies import CopiesKeepSettings
 from ._param_groups import no_duplicates
 
 _log = logging.getLogger("pride")
@@ -40,10 +41,11 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _sqrt = torch.sqrt
 
 
-class CompressedAdamBase(torch.optim.Optimizer):
+class CompressedAdamBase(CopiesKeepSettings, torch.optim.Optimizer):
     """Shared machinery; see OneBitAdam and ZeroOneAdam."""
 
     _name = "CompressedAdam"
+    _SETTINGS = ("group",)  # what copy.deepcopy and pickle keep besides torch's own (_copies.py)
     # torch.amp.GradScaler calls step() every time and leaves the overflow decision to it: skipped on
     # every rank when any rank overflowed (_grad_scaler.py).
     _step_supports_amp_scaling = True

@@ -13,6 +13,7 @@ from .. import _C
 from .. import ddp_hooks
 from ..collectives import _not_a_member, _refuse_a_non_member
 from . import _grad_scaler, lion_cub
+from ._copies import CopiesKeepSettings
 from ._param_groups import no_duplicates
 from .lion_cub import MomentumSync
 
@@ -23,7 +24,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _ALIGN_FLOATS = 4  # float32 elements in 16 bytes: G-Lion's averaged gradients start on such a boundary
 
 
-class DistributedLion(torch.optim.Optimizer, Joinable):
+class DistributedLion(CopiesKeepSettings, torch.optim.Optimizer, Joinable):
     """Each rank runs Lion on its own gradients and momentum; only the 1-bit update travels.
 
     mode="vote" (MaVo): Δ = sign(Σ_i δ_i), the ranks' majority vote.
@@ -132,19 +133,27 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self.aggregation = aggregation
         self.quantization = quantization
         self.momentum_sync = momentum_sync
-        self._int8_scratch = {}  # (device, dtype) -> lion_cub.Int8Scratch: the quantized aggregations' buffers
         # self.steps, the steps taken (the momentum-sync schedule counts them), lives in the param groups
         # ("step"): add_param_group gave each group the count, 0.
         self.mode = mode
         self.group = group
         self.votes = votes
         self.bucket_mb = bucket_mb
-        self._cuda_workspaces = {}  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
-        self._abstention_memories = {}  # (param group index, device, dtype) -> _C.AbstentionMemory
-        self._ddp_checked = False
-        self._layout_digested = (None, 0)  # (layout, its digest) of the last step
-        Joinable.__init__(self)
+        self._start_caches()
         self._check_group()
+
+    # What copy.deepcopy and pickle keep besides torch's defaults, state and param groups (_copies.py).
+    _SETTINGS = ("aggregation", "quantization", "momentum_sync", "mode", "group", "votes", "bucket_mb")
+
+    def _start_caches(self):
+        caches = self.__dict__
+        caches.setdefault("_int8_scratch", {})  # (device, dtype) -> lion_cub.Int8Scratch: the quantized aggregations' buffers
+        caches.setdefault("_cuda_workspaces", {})  # (device, dtype) -> _C.CudaLionWorkspace, reused across steps
+        caches.setdefault("_abstention_memories", {})  # (param group index, device, dtype) -> _C.AbstentionMemory
+        caches.setdefault("_ddp_checked", False)
+        caches.setdefault("_layout_digested", (None, 0))  # (layout, its digest) of the last step
+        if "_join_config" not in caches:
+            Joinable.__init__(self)
 
     # ---- Per-rank state ----
     @property
@@ -375,7 +384,8 @@ class DistributedLion(torch.optim.Optimizer, Joinable):
         self._step(shadow=shadow)
         return loss
 
-    def _step(self, shadow):
+    @torch.compiler.disable  # its collectives and C++ calls are not for dynamo to trace (a compiled training
+    def _step(self, shadow):  # step crashed in _pride_backend's ProcessGroup._get_backend); the rest compiles
         """One step; a shadow step (a joined rank's, see join_hook) runs the same collectives with no
         gradient at all, so this rank abstains everywhere and only the ranks still training vote."""
         _refuse_a_non_member(self.group, "optim.DistributedLion")
