@@ -816,3 +816,52 @@ def test_zero_variance_mask_follows_the_variance():
     assert not opt._nonzero_variance(v).any()
     other = torch.ones(8)
     assert opt._nonzero_variance(other) is None and not opt._nonzero_variance(v).any()
+
+
+def _load_hooks(rank, world, store_path):
+    import copy
+
+    import pride
+
+    harness.init_group(rank, world, store_path)
+    for kind, kw in ((pride.optim.OneBitAdam, dict(freeze_step=2)), (pride.optim.ZeroOneAdam, {})):
+        torch.manual_seed(0)
+        p = torch.nn.Parameter(torch.randn(64))
+        opt = kind([p], lr=1e-2, **kw)
+        for _ in range(4):
+            p.grad = torch.randn(64)
+            opt.step()
+        saved = opt.state_dict()
+        assert torch.is_tensor(opt.state[p]["worker_error"]) and opt.state[p]["exp_avg"].abs().max() > 0
+
+        def zero_momentum(optimizer, state_dict):  # torch's documented way to adapt a state dict
+            state_dict = copy.deepcopy(state_dict)
+            for entry in state_dict["state"].values():
+                entry["exp_avg"].zero_()
+            return state_dict
+
+        def drop_errors(optimizer, state_dict):
+            state_dict = copy.deepcopy(state_dict)
+            for entry in state_dict["state"].values():
+                entry.pop("worker_error", None)
+                entry.pop("server_error", None)
+            return state_dict
+
+        seen = []
+        fresh = kind([p], lr=1e-2, **kw)
+        fresh.register_load_state_dict_pre_hook(zero_momentum)
+        fresh.register_load_state_dict_post_hook(lambda o: seen.append(o.state[p]["worker_error"]))
+        fresh.load_state_dict(saved)
+        # the pre-hook's dict is the one loaded (pride had put the saved float32 moments back over it) ...
+        assert torch.count_nonzero(fresh.state[p]["exp_avg"]) == 0, kind.__name__
+        # ... and the post-hook sees the state as it ends: this rank's errors, not the dict keyed by rank
+        assert len(seen) == 1 and torch.equal(seen[0], opt.state[p]["worker_error"]), kind.__name__
+        trimmed = kind([p], lr=1e-2, **kw)
+        trimmed.register_load_state_dict_pre_hook(drop_errors)
+        trimmed.load_state_dict(saved)  # was a KeyError: 'worker_error'
+        assert "worker_error" not in trimmed.state[p] and "exp_avg" in trimmed.state[p], kind.__name__
+    dist.destroy_process_group()
+
+
+def test_load_state_dict_hooks_act_as_on_torchs_optimizers():
+    harness.run(_load_hooks, 1)

@@ -272,10 +272,25 @@ class CompressedAdamBase(CopiesKeepSettings, torch.optim.Optimizer):
         """torch's load_state_dict. The moments and schedules are the same on every rank and are kept; the
         errors are kept where this rank of this world size saved them, and otherwise reset (with a
         warning): another rank's errors compensate another rank's compression."""
+        # torch runs the load pre-hooks inside its load_state_dict and the post-hooks at its end: run them
+        # here instead, so that pride's checks and fix-ups see the dict the pre-hooks made (an adapted or
+        # trimmed one) and the post-hooks see the state as it ends (errors unwrapped, float32 restored).
+        pre_hooks = dict(self._optimizer_load_state_dict_pre_hooks)
+        post_hooks = dict(self._optimizer_load_state_dict_post_hooks)
+        for hook in pre_hooks.values():
+            adapted = hook(self, state_dict)
+            if adapted is not None:
+                state_dict = adapted
         state_dict = dict(state_dict)
         saved = state_dict.pop("pride", None)
         self._refuse_another_optimizers_state(state_dict)
-        super().load_state_dict(state_dict)
+        self._optimizer_load_state_dict_pre_hooks.clear()
+        self._optimizer_load_state_dict_post_hooks.clear()
+        try:
+            super().load_state_dict(state_dict)
+        finally:
+            self._optimizer_load_state_dict_pre_hooks.update(pre_hooks)
+            self._optimizer_load_state_dict_post_hooks.update(post_hooks)
         self._restore_float32_state(state_dict)
         rank, world = self._world()
         mine = self._per_rank_key(rank, world)
@@ -301,6 +316,8 @@ class CompressedAdamBase(CopiesKeepSettings, torch.optim.Optimizer):
                          "through torch.distributed.checkpoint) to resume exactly.", self._name, rank, world,
                          ", ".join(sorted(o.replace("_of", " of ").replace("rank", "rank ") for o in owners)),
                          dropped)
+        for hook in post_hooks.values():
+            hook(self)
 
     def _refuse_another_optimizers_state(self, state_dict):
         """A state dict of another kind of optimizer (AdamW's, Lion's) would load and then fail at the first
@@ -325,6 +342,8 @@ class CompressedAdamBase(CopiesKeepSettings, torch.optim.Optimizer):
         for saved_group, group in zip(state_dict.get("param_groups", []), self.param_groups):
             for saved_id, p in zip(saved_group["params"], group["params"]):
                 for key, value in saved_state.get(saved_id, {}).items():
+                    if key not in self.state[p]:
+                        continue
                     if isinstance(value, dict):  # the errors, keyed by the rank that saved them
                         self.state[p][key] = {k: self._float32_as_saved(v, p, self.state[p][key][k])
                                               for k, v in value.items()}
