@@ -9,11 +9,20 @@ import torch.distributed as dist
 
 from distributed_harness import init_group
 
+# Gloo's process groups, kept until the worker process exits (os._exit: no destructor runs). torch's
+# ProcessGroupGloo joins its threads in its destructor; where a callback's closure on one of those threads
+# held the group's last reference (the main thread had returned already), the destructor ran there and
+# joined its own thread: "terminate called ... Resource deadlock avoided" (seen 2026-11-30 in CI and in a
+# loop, 1 run in 8; core: ~ProcessGroupGloo -> std::thread::join). It is torch's race, in the oracle run.
+_GLOO_GROUPS_KEPT = []
+
 
 def future_callbacks(rank, world, store_path, backend, out_path, device):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     init_group(rank, world, store_path, backend=backend, timeout_s=60)
+    if backend == "gloo":
+        _GLOO_GROUPS_KEPT.append(dist.group.WORLD)
     if device == "cuda":
         torch.cuda.set_device(0)  # the ranks share the one GPU
     # A chain: each callback all-reduces the next tensor and waits for it, from inside the callback.
